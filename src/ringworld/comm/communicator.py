@@ -1,0 +1,310 @@
+"""The communicator: a group of ranks with private message contexts, and point-to-point calls.
+
+Buffer calls (``send``/``recv``/...) move the bytes of anything with the buffer protocol and
+receive into a buffer the caller provides. Object calls (``send_obj``/``recv_obj``/...) move any
+picklable value with pickle protocol 5; numpy arrays inside travel out-of-band. Blocking and
+nonblocking forms are separate methods; nonblocking ones return a :class:`Request`.
+
+Each communicator owns two context ids: one for point-to-point traffic, one for its collectives,
+so user tags can never match internal traffic and communicators never see each other's messages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ringworld.comm import objects
+from ringworld.comm.engine import SELF_CONTEXT, Engine
+from ringworld.comm.requests import (
+    ANY_SOURCE,
+    ANY_TAG,
+    TAG_UB,
+    BufferRecvRequest,
+    RecvRequest,
+    Request,
+    SendRequest,
+    Status,
+    wait_all,
+)
+
+
+def send_view(buf: Any, name: str = "buf") -> memoryview:
+    """A flat byte view of ``buf`` for sending (no copy).
+
+    Raises:
+        TypeError: ``buf`` does not support the buffer protocol.
+        ValueError: ``buf`` is not contiguous.
+    """
+    try:
+        mv = memoryview(buf)
+    except TypeError:
+        if isinstance(buf, np.ndarray):
+            if not buf.flags.c_contiguous:
+                raise ValueError(f"{name} must be C-contiguous (got a strided array of shape "
+                                 f"{buf.shape})") from None
+            return buf.view(np.uint8).reshape(-1).data
+        raise TypeError(f"{name} must support the buffer protocol (numpy array, bytes, "
+                        f"bytearray, ...), got {type(buf).__name__}") from None
+    if mv.format == "B" and mv.ndim == 1:
+        return mv
+    if not mv.c_contiguous:
+        raise ValueError(f"{name} must be C-contiguous (got a strided buffer of shape "
+                         f"{mv.shape})")
+    return mv.cast("B")
+
+
+def recv_view(buf: Any, name: str = "buf") -> memoryview:
+    """A flat writable byte view of ``buf`` for receiving into (no copy).
+
+    Raises:
+        TypeError: ``buf`` does not support the buffer protocol or is read-only.
+        ValueError: ``buf`` is not contiguous.
+    """
+    mv = send_view(buf, name)
+    if mv.readonly:
+        raise TypeError(f"{name} is read-only ({type(buf).__name__}); receive into a writable "
+                        "buffer such as a numpy array or bytearray")
+    return mv
+
+
+class Communicator:
+    """A group of ranks that exchange messages; ranks are numbered 0..size-1 within it."""
+
+    def __init__(self, engine: Engine, ranks: Sequence[int], context: int,
+                 name: str = "") -> None:
+        self._engine = engine
+        self._ranks = tuple(ranks)   # communicator rank -> world rank
+        self._identity = self._ranks == tuple(range(engine.size))
+        self._to_comm_map = {w: i for i, w in enumerate(self._ranks)}
+        if engine.rank not in self._to_comm_map:
+            raise ValueError(f"world rank {engine.rank} is not a member of ranks={ranks}")
+        self.rank = self._to_comm_map[engine.rank]
+        self.size = len(self._ranks)
+        self.context = context
+        self.coll_context = context + 1
+        self.name = name or f"comm{context // 2}"
+        self._coll_seq = 0
+
+    def __repr__(self) -> str:
+        return f"<Communicator {self.name} rank {self.rank} of {self.size}>"
+
+    # ------------------------------------------------------------------ helpers
+    def _to_comm(self, world_rank: int) -> int:
+        return world_rank if self._identity else self._to_comm_map.get(world_rank, -1)
+
+    def _world(self, rank: int, name: str) -> int:
+        if type(rank) is not int and not isinstance(rank, (int, np.integer)):
+            raise TypeError(f"{name} must be an int, got {type(rank).__name__}")
+        if not 0 <= rank < self.size:
+            raise ValueError(f"{name}={rank} is out of range for {self.name} of size "
+                             f"{self.size} (valid: 0..{self.size - 1})")
+        return self._ranks[int(rank)]
+
+    def _source(self, source: int) -> int:
+        if source == ANY_SOURCE:
+            return ANY_SOURCE
+        return self._world(source, "source")
+
+    @staticmethod
+    def _send_tag(tag: int) -> int:
+        if not isinstance(tag, (int, np.integer)) or not 0 <= tag <= TAG_UB:
+            raise ValueError(f"tag={tag!r} must be an int in 0..{TAG_UB}")
+        return int(tag)
+
+    @staticmethod
+    def _recv_tag(tag: int) -> int:
+        if tag == ANY_TAG:
+            return ANY_TAG
+        if not isinstance(tag, (int, np.integer)) or not 0 <= tag <= TAG_UB:
+            raise ValueError(f"tag={tag!r} must be ANY_TAG or an int in 0..{TAG_UB}")
+        return int(tag)
+
+    def self_comm(self) -> Communicator:
+        """A communicator holding only this rank (MPI's COMM_SELF); no traffic to create."""
+        return Communicator(self._engine, (self._engine.rank,), SELF_CONTEXT, "self")
+
+    # ------------------------------------------------------------------ buffers
+    def isend(self, buf: Any, dest: int, tag: int = 0) -> Request[None]:
+        """Start sending the bytes of ``buf`` to ``dest``; the buffer must not change until done.
+
+        Cost: small messages are copied once into the transport and complete at once; large
+        ones are streamed to the receiver once it has posted a matching receive.
+
+        Raises:
+            TypeError / ValueError: bad ``buf``, ``dest`` or ``tag``.
+        """
+        view = send_view(buf, "buf")
+        w = self._world(dest, "dest")
+        h = self._engine.isend(w, self.context, self._send_tag(tag), 0, (view,), len(view))
+        return SendRequest(self._engine, h, w, view)
+
+    def send(self, buf: Any, dest: int, tag: int = 0, *, timeout: float | None = None) -> None:
+        """Send the bytes of ``buf`` to ``dest``; returns when ``buf`` may be reused.
+
+        Raises:
+            TypeError / ValueError: bad ``buf``, ``dest`` or ``tag``.
+            Timeout, PeerFailure: see :meth:`Request.wait`.
+        """
+        view = send_view(buf, "buf")
+        w = self._world(dest, "dest")
+        h = self._engine.isend(w, self.context, self._send_tag(tag), 0, (view,), len(view))
+        if not h.done:
+            SendRequest(self._engine, h, w, view).wait(timeout)
+
+    def irecv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request[Status]:
+        """Start receiving a message into ``buf``; ``wait()`` returns its :class:`Status`.
+
+        Raises:
+            TypeError / ValueError: bad ``buf``, ``source`` or ``tag``.
+        """
+        view = recv_view(buf, "buf")
+        req = BufferRecvRequest(self._engine, self.context, self._source(source),
+                                self._recv_tag(tag), view, self._to_comm)
+        self._engine.post(req)
+        return req
+
+    def recv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG, *,
+             timeout: float | None = None) -> Status:
+        """Receive a message into ``buf`` and return its :class:`Status`.
+
+        Raises:
+            TruncationError: the message is larger than ``buf`` (``buf`` is left untouched).
+            Timeout, PeerFailure: see :meth:`Request.wait`.
+        """
+        return self.irecv(buf, source, tag).wait(timeout)
+
+    def sendrecv(self, sendbuf: Any, dest: int, recvbuf: Any, source: int = ANY_SOURCE,
+                 sendtag: int = 0, recvtag: int = ANY_TAG, *,
+                 timeout: float | None = None) -> Status:
+        """Send ``sendbuf`` to ``dest`` and receive into ``recvbuf`` at once (no deadlock).
+
+        Raises:
+            As :meth:`send` and :meth:`recv`.
+        """
+        r = self.irecv(recvbuf, source, recvtag)
+        s = self.isend(sendbuf, dest, sendtag)
+        wait_all([s, r], timeout)
+        assert r.status is not None
+        return r.status
+
+    # ------------------------------------------------------------------ objects
+    def isend_obj(self, obj: Any, dest: int, tag: int = 0) -> Request[None]:
+        """Start sending a picklable value to ``dest``.
+
+        Raises:
+            ValueError: bad ``dest`` or ``tag``.
+            pickle errors: ``obj`` cannot be pickled.
+        """
+        w = self._world(dest, "dest")
+        t = self._send_tag(tag)
+        segments, nbytes, flags, keep = objects.encode(obj)
+        h = self._engine.isend(w, self.context, t, flags, segments, nbytes)
+        return SendRequest(self._engine, h, w, (segments, keep))
+
+    def send_obj(self, obj: Any, dest: int, tag: int = 0, *,
+                 timeout: float | None = None) -> None:
+        """Send a picklable value to ``dest`` (numpy arrays inside go out-of-band, uncopied).
+
+        Raises:
+            As :meth:`isend_obj`, plus Timeout and PeerFailure while waiting.
+        """
+        req = self.isend_obj(obj, dest, tag)
+        if not req.done:
+            req.wait(timeout)
+
+    def irecv_obj(self, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request[Any]:
+        """Start receiving a value; ``wait()`` returns it, ``status`` says where it came from."""
+        req = ObjectRecvRequest(self._engine, self.context, self._source(source),
+                                self._recv_tag(tag), None, self._to_comm)
+        self._engine.post(req)
+        return req
+
+    def recv_obj(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, *,
+                 timeout: float | None = None) -> Any:
+        """Receive a value sent with :meth:`send_obj` and return it.
+
+        Raises:
+            Timeout, PeerFailure: see :meth:`Request.wait`.
+            CommError: the matched message was a buffer, not an object.
+        """
+        return self.irecv_obj(source, tag).wait(timeout)
+
+    def sendrecv_obj(self, obj: Any, dest: int, source: int = ANY_SOURCE, sendtag: int = 0,
+                     recvtag: int = ANY_TAG, *, timeout: float | None = None) -> Any:
+        """Send ``obj`` to ``dest`` and receive a value at once; return the received value."""
+        r = self.irecv_obj(source, recvtag)
+        s = self.isend_obj(obj, dest, sendtag)
+        return wait_all([s, r], timeout)[1]
+
+    # ------------------------------------------------------------------ probing
+    def iprobe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Status | None:
+        """Status of a message that a receive with (source, tag) would match now, else None."""
+        src = self._source(source)
+        t = self._recv_tag(tag)
+        self._engine.progress()
+        m = self._engine.find_unexpected(self.context, src, t)
+        return None if m is None else Status(self._to_comm(m.source), m.tag, m.nbytes)
+
+    def probe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, *,
+              timeout: float | None = None) -> Status:
+        """Block until a message matching (source, tag) is available; return its status.
+
+        Raises:
+            Timeout, PeerFailure: as for receives.
+        """
+        src = self._source(source)
+        t = self._recv_tag(tag)
+        engine = self._engine
+        if engine.find_unexpected(self.context, src, t) is None:
+            probe_req = RecvRequest[Any](engine, self.context, src, t, None, self._to_comm)
+            engine.wait_for(lambda: engine.find_unexpected(self.context, src, t) is not None,
+                            timeout, lambda: f"probe for source {source}, tag {tag}",
+                            probe_req.depends)
+        m = engine.find_unexpected(self.context, src, t)
+        assert m is not None
+        return Status(self._to_comm(m.source), m.tag, m.nbytes)
+
+    # ------------------------------------------------------------------ synchronisation
+    def barrier(self, *, timeout: float | None = None) -> None:
+        """Block until every rank of the communicator has entered the barrier.
+
+        Dissemination algorithm: ceil(log2(size)) rounds of one zero-byte message each way.
+
+        Raises:
+            Timeout, PeerFailure: as for receives.
+        """
+        seq = self._coll_seq
+        self._coll_seq += 1
+        size = self.size
+        if size == 1:
+            return
+        engine = self._engine
+        tag = seq & TAG_UB
+        empty = memoryview(b"")
+        sink = memoryview(bytearray(0))
+        dist = 1
+        while dist < size:
+            to = self._ranks[(self.rank + dist) % size]
+            frm = self._ranks[(self.rank - dist) % size]
+            r = BufferRecvRequest(engine, self.coll_context, frm, tag, sink, self._to_comm)
+            engine.post(r)
+            h = engine.isend(to, self.coll_context, tag, 0, (empty,), 0)
+            wait_all([r, SendRequest(engine, h, to)], timeout)
+            dist *= 2
+
+
+class ObjectRecvRequest(RecvRequest[Any]):
+    """A receive of a pickled value; ``wait()`` returns the value."""
+
+    __slots__ = ()
+
+    def _value(self) -> Any:
+        if self._error is not None:
+            raise self._error
+        if self.dest is not None:
+            self._result = objects.decode(self.dest, self.incoming_flags)
+            self.dest = None  # the value owns the buffers it needs
+        return self._result

@@ -1,0 +1,281 @@
+"""The progress engine: MPI matching over the transports of one rank, and waiting.
+
+Matching follows MPI. Arriving messages are offered to the posted receives of their context in
+posting order; the first whose (source, tag) accepts them wins. Unmatched messages wait in the
+context's unexpected queue in arrival order, and a newly posted receive takes the first one it
+accepts. Transports are FIFO per sender, so two messages from one sender on one context and tag
+are received in the order sent (the non-overtaking rule).
+
+Waiting spins on the transports briefly (lowest latency), then yields the CPU, then sleeps in the
+transport's ``wait_event`` (doorbell / select), so jobs with more ranks than cores keep working.
+Peers are checked for liveness while waiting; a failure breaks the engine and is raised on every
+later call.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import defaultdict
+from collections.abc import Callable, Collection, Sequence
+from typing import Any
+
+from ringworld.comm.requests import ANY_SOURCE, ANY_TAG, RecvRequest
+from ringworld.errors import CommBroken, PeerFailure, Timeout, TransportError
+from ringworld.transport.base import BufferedIncoming, Incoming, SendHandle, Transport
+
+SPIN_POLLS = 2000        # polls before yielding the CPU
+YIELD_POLLS = 200        # polls with sched_yield before sleeping
+SLEEP_SLICE = 0.005      # longest single sleep: bounds a lost doorbell wake-up
+CHECK_PEERS_EVERY = 0.05  # seconds between liveness checks while spinning
+WORLD_CONTEXT = 0        # contexts 0/1: the world communicator (point-to-point, collective)
+SELF_CONTEXT = 2         # contexts 2/3: the self communicator
+FIRST_FREE_CONTEXT = 4
+
+
+class Engine:
+    """Matching and progress for one rank over its transports."""
+
+    def __init__(self, rank: int, size: int, route: Sequence[Transport | None],
+                 timeout: float | None = None) -> None:
+        self.rank = rank
+        self.size = size
+        self.route = list(route)  # world rank -> transport (None for this rank itself)
+        uniq: list[Transport] = []
+        for t in self.route:
+            if t is not None and t not in uniq:
+                uniq.append(t)
+        self.transports = uniq
+        self.timeout = timeout
+        self.posted: defaultdict[int, list[RecvRequest[Any]]] = defaultdict(list)
+        self.unexpected: defaultdict[int, list[Incoming]] = defaultdict(list)
+        self.broken: BaseException | None = None
+        self.dead: dict[int, PeerFailure] = {}  # world rank -> how it failed
+        self._deliver = self.deliver
+        self._next_context = FIRST_FREE_CONTEXT
+
+    # ------------------------------------------------------------------ contexts
+    def new_context(self) -> int:
+        """Allocate a fresh pair of context ids (point-to-point, collective); local, no traffic."""
+        c = self._next_context
+        self._next_context += 2
+        return c
+
+    # ------------------------------------------------------------------ matching
+    def deliver(self, inc: Incoming) -> None:
+        """Called by transports for each arriving message: match it or queue it."""
+        posted = self.posted.get(inc.context)
+        if posted:
+            src = inc.source
+            tag = inc.tag
+            for i, r in enumerate(posted):
+                if ((r.source == src or r.source == ANY_SOURCE)
+                        and (r.tag == tag or r.tag == ANY_TAG)):
+                    del posted[i]
+                    r.bind(inc)
+                    return
+        self.unexpected[inc.context].append(inc.detach())
+
+    def post(self, req: RecvRequest[Any]) -> None:
+        """Post a receive: take the first matching unexpected message, or queue the receive."""
+        self._check_broken()
+        unexpected = self.unexpected.get(req.context)
+        if unexpected:
+            i = _find(unexpected, req.source, req.tag)
+            if i >= 0:
+                req.bind(unexpected.pop(i))
+                return
+        self.posted[req.context].append(req)
+
+    def unpost(self, req: RecvRequest[Any]) -> bool:
+        """Remove a not-yet-matched receive; return whether it was still posted."""
+        posted = self.posted.get(req.context)
+        if posted and req in posted:
+            posted.remove(req)
+            return True
+        return False
+
+    def find_unexpected(self, context: int, source: int, tag: int) -> Incoming | None:
+        """The first queued message matching (source, tag) on ``context``, without taking it."""
+        unexpected = self.unexpected.get(context)
+        if unexpected:
+            i = _find(unexpected, source, tag)
+            if i >= 0:
+                return unexpected[i]
+        return None
+
+    # ------------------------------------------------------------------ sending
+    def isend(self, dest: int, context: int, tag: int, flags: int,
+              segments: Sequence[memoryview], nbytes: int) -> SendHandle:
+        """Hand a message to the transport reaching world rank ``dest``.
+
+        Raises:
+            CommBroken: the engine failed earlier.
+            PeerFailure: ``dest`` is known to have failed.
+        """
+        self._check_broken()
+        t = self.route[dest]
+        if t is None:  # a message to ourselves: copy now, so the send completes at once
+            inc = BufferedIncoming(dest, context, tag, flags, nbytes)
+            at = 0
+            for seg in segments:
+                inc.data[at : at + len(seg)] = seg
+                at += len(seg)
+            inc.mark_complete()
+            self.deliver(inc)
+            return SendHandle(True)
+        if dest in self.dead:
+            cause = self.dead[dest]
+            raise PeerFailure(dest, f"{cause.detail}; cannot send to it") from cause
+        try:
+            return t.isend(dest, context, tag, flags, segments, nbytes)
+        except PeerFailure as exc:
+            self._peer_failed(exc)
+            raise
+        except TransportError as exc:
+            self._break(exc)
+            raise
+
+    # ------------------------------------------------------------------ progress
+    def progress(self) -> bool:
+        """Poll every transport once; return whether anything moved.
+
+        A peer found dead is recorded in :attr:`dead` (waits that depend on it then fail).
+
+        Raises:
+            CommBroken: a transport failed beyond a single peer (now or earlier).
+        """
+        self._check_broken()
+        did = False
+        for t in self.transports:
+            try:
+                if t.poll(self._deliver):
+                    did = True
+            except PeerFailure as exc:
+                self._peer_failed(exc)
+                did = True
+            except TransportError as exc:
+                self._break(exc)
+                raise
+        return did
+
+    def check_peers(self) -> None:
+        """Record peers that have exited (after draining what they sent before they died)."""
+        for t in self.transports:
+            while True:
+                try:
+                    t.check_peers()
+                    break
+                except PeerFailure as exc:
+                    if exc.rank in self.dead:
+                        break
+                    self._peer_failed(exc)
+        if self.dead:
+            self.progress()
+
+    def _peer_failed(self, exc: PeerFailure) -> None:
+        if exc.rank not in self.dead:
+            self.dead[exc.rank] = exc
+
+    def wait_for(self, cond: Callable[[], bool], timeout: float | None,
+                 describe: Callable[[], str],
+                 depends: Callable[[Collection[int]], int | None] | None = None) -> None:
+        """Make progress until ``cond()`` holds.
+
+        ``timeout`` None means the engine's default (itself possibly None: no limit).
+        ``depends(dead_world_ranks)`` names a dead peer the wait needs (then it fails), or None;
+        without it, any dead peer fails the wait.
+
+        Raises:
+            Timeout: ``cond`` did not hold within the timeout; names the operation.
+            PeerFailure: a peer the operation needs has exited.
+            CommBroken: the engine failed.
+        """
+        if timeout is None:
+            timeout = self.timeout
+        elif timeout < 0:
+            raise ValueError(f"timeout={timeout} must be >= 0 or None")
+        now = time.monotonic()
+        deadline = None if timeout is None else now + timeout
+        next_check = now + CHECK_PEERS_EVERY
+        polls = 0
+        progress = self.progress
+        transports = self.transports
+        while True:
+            if progress():
+                polls = 0
+                if self.dead and not cond():
+                    self._raise_if_needed(depends, describe)
+            if cond():
+                return
+            polls += 1
+            if polls < SPIN_POLLS and polls & 63:
+                continue
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                self.progress()
+                if cond():
+                    return
+                raise Timeout(f"{describe()}: not complete after {timeout:g} s "
+                              f"(rank {self.rank} of {self.size})")
+            if now >= next_check or polls > SPIN_POLLS + YIELD_POLLS:
+                self.check_peers()
+                if cond():
+                    return
+                if self.dead:
+                    self._raise_if_needed(depends, describe)
+                next_check = now + CHECK_PEERS_EVERY
+            if polls < SPIN_POLLS:
+                continue
+            if polls < SPIN_POLLS + YIELD_POLLS:
+                os.sched_yield()
+                continue
+            slice_ = SLEEP_SLICE if deadline is None else max(0.0, min(SLEEP_SLICE,
+                                                                       deadline - now))
+            if len(transports) == 1:
+                transports[0].wait_event(slice_)
+            elif transports:
+                time.sleep(min(slice_, 0.0005))
+            else:  # only ourselves: nothing can arrive that isn't here already
+                time.sleep(slice_)
+
+    def _raise_if_needed(self, depends: Callable[[Collection[int]], int | None] | None,
+                         describe: Callable[[], str]) -> None:
+        if depends is None:
+            rank: int | None = min(self.dead)
+        else:
+            rank = depends(self.dead.keys())
+        if rank is not None:
+            cause = self.dead[rank]
+            raise PeerFailure(rank, f"{cause.detail}; while waiting for {describe()}") from cause
+
+    def depends_on_any_of(self, ranks: Collection[int]) -> Callable[[Collection[int]], int | None]:
+        """A ``depends`` function for operations that need every rank in ``ranks``."""
+        def dep(dead: Collection[int]) -> int | None:
+            hit = [r for r in ranks if r in dead]
+            return min(hit) if hit else None
+        return dep
+
+    # ------------------------------------------------------------------ failure
+    def _break(self, exc: BaseException) -> None:
+        if self.broken is None:
+            self.broken = exc
+
+    def _check_broken(self) -> None:
+        if self.broken is not None:
+            b = self.broken
+            raise CommBroken(f"the communicator failed earlier: {b}") from b
+
+    def close(self) -> None:
+        """Close every transport; idempotent."""
+        for t in self.transports:
+            t.close()
+        self.transports = []
+        self.route = [None] * self.size
+
+
+def _find(queue: list[Incoming], source: int, tag: int) -> int:
+    for i, m in enumerate(queue):
+        if (source == ANY_SOURCE or m.source == source) and (tag == ANY_TAG or m.tag == tag):
+            return i
+    return -1

@@ -1,0 +1,296 @@
+"""Statuses and requests: the handles of point-to-point operations.
+
+A :class:`Request` completes when its operation has finished locally (a send's buffer may be
+reused, a receive's data is in place). ``wait`` blocks (spin, yield, then sleep) and returns the
+operation's result; ``test`` makes progress once and says whether it completed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+import numpy as np
+from numpy.typing import DTypeLike
+
+from ringworld.errors import TruncationError
+from ringworld.transport.base import Incoming, SendHandle
+
+if TYPE_CHECKING:
+    from ringworld.comm.engine import Engine
+
+T = TypeVar("T")
+
+ANY_SOURCE = -1
+ANY_TAG = -1
+TAG_UB = 2**31 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    """What a receive or probe found: the sender's rank, the tag and the message size in bytes."""
+
+    source: int
+    tag: int
+    nbytes: int
+    cancelled: bool = False
+
+    def count(self, dtype: DTypeLike = np.uint8) -> int:
+        """Number of ``dtype`` elements in the message.
+
+        Raises:
+            ValueError: the byte count is not a multiple of the item size.
+        """
+        size = np.dtype(dtype).itemsize
+        if size == 0 or self.nbytes % size:
+            raise ValueError(f"message of {self.nbytes} bytes is not a whole number of "
+                             f"{np.dtype(dtype)} elements ({size} bytes each)")
+        return self.nbytes // size
+
+
+class Request(Generic[T]):
+    """Handle of a nonblocking operation; ``wait()`` returns its result."""
+
+    __slots__ = ("_engine", "_error", "_result", "status")
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._error: BaseException | None = None
+        self._result: Any = None
+        self.status: Status | None = None
+
+    @property
+    def done(self) -> bool:
+        """Whether the operation has completed (without making progress)."""
+        raise NotImplementedError
+
+    def _value(self) -> T:
+        if self._error is not None:
+            raise self._error
+        result: T = self._result
+        return result
+
+    def describe(self) -> str:
+        """A short description for timeout and failure messages."""
+        return type(self).__name__
+
+    def depends(self, dead: Collection[int]) -> int | None:
+        """A dead world rank this operation cannot complete without, or None."""
+        return None
+
+    def wait(self, timeout: float | None = None) -> T:
+        """Block until the operation completes and return its result.
+
+        Raises:
+            Timeout: not complete within ``timeout`` seconds (default: the job's timeout).
+            PeerFailure: a peer it depends on failed.
+            TruncationError: (receives) the message was larger than the buffer.
+        """
+        if not self.done:
+            self._engine.wait_for(lambda: self.done, timeout, self.describe, self.depends)
+        return self._value()
+
+    def test(self) -> bool:
+        """Make progress once; return whether the operation has completed."""
+        if self.done:
+            return True
+        self._engine.progress()
+        return self.done
+
+    def cancel(self) -> bool:
+        """Try to cancel; return True if the operation will not happen (only unmatched receives)."""
+        return False
+
+
+class CompletedRequest(Request[T]):
+    """A request that completed when it was created (self messages, null processes)."""
+
+    __slots__ = ()
+
+    def __init__(self, engine: Engine, result: T, status: Status | None = None) -> None:
+        super().__init__(engine)
+        self._result = result
+        self.status = status
+
+    @property
+    def done(self) -> bool:
+        return True
+
+
+class SendRequest(Request[None]):
+    """A send in flight; done once the transport no longer needs the buffer."""
+
+    __slots__ = ("_dest", "_handle", "_keep")
+
+    def __init__(self, engine: Engine, handle: SendHandle, dest: int, keep: object = None) -> None:
+        super().__init__(engine)
+        self._handle = handle
+        self._dest = dest
+        self._keep = keep  # objects whose buffers the transport still reads
+
+    @property
+    def done(self) -> bool:
+        if self._handle.done:
+            self._keep = None
+            return True
+        return False
+
+    def describe(self) -> str:
+        return f"send to rank {self._dest}"
+
+    def depends(self, dead: Collection[int]) -> int | None:
+        return self._dest if self._dest in dead else None
+
+
+class RecvRequest(Request[T]):
+    """A posted receive; matched against arriving messages by (source, tag) within a context."""
+
+    __slots__ = ("_done", "_to_comm", "context", "dest", "incoming_flags", "matched", "source",
+                 "tag")
+
+    def __init__(self, engine: Engine, context: int, source: int, tag: int,
+                 dest: memoryview | None, to_comm: Callable[[int], int]) -> None:
+        super().__init__(engine)
+        self.context = context
+        self.source = source   # world rank or ANY_SOURCE
+        self.tag = tag
+        self.dest = dest       # None: allocate on match (object receives)
+        self._to_comm = to_comm
+        self._done = False
+        self.matched = False
+        self.incoming_flags = 0
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    def describe(self) -> str:
+        src = "any source" if self.source == ANY_SOURCE else f"rank {self._to_comm(self.source)}"
+        tag = "any tag" if self.tag == ANY_TAG else f"tag {self.tag}"
+        return f"receive from {src} with {tag}"
+
+    def depends(self, dead: Collection[int]) -> int | None:
+        if self.source != ANY_SOURCE:
+            return self.source if self.source in dead else None
+        # any source: fails only once no other rank is left to send
+        return min(dead) if len(dead) >= self._engine.size - 1 else None
+
+    def bind(self, inc: Incoming) -> None:
+        """Take ``inc`` as this receive's message and start moving its payload."""
+        self.matched = True
+        self.incoming_flags = inc.flags
+        self.status = Status(self._to_comm(inc.source), inc.tag, inc.nbytes)
+        dest = self.dest
+        if dest is None:
+            self.dest = dest = _aligned(inc.nbytes)
+        elif inc.nbytes > len(dest):
+            self._error = TruncationError(inc.nbytes, len(dest),
+                                          f"from rank {self.status.source}, tag {inc.tag}")
+            inc.read_into(_aligned(inc.nbytes), self._complete)
+            return
+        inc.read_into(dest, self._complete)
+
+    def _complete(self) -> None:
+        self._done = True
+
+    def cancel(self) -> bool:
+        if self.matched or self._done:
+            return False
+        if not self._engine.unpost(self):
+            return False
+        self.status = Status(ANY_SOURCE, ANY_TAG, 0, cancelled=True)
+        self._done = True
+        return True
+
+
+class BufferRecvRequest(RecvRequest[Status]):
+    """A receive into a caller's buffer; ``wait()`` returns the :class:`Status`."""
+
+    __slots__ = ()
+
+    def _value(self) -> Status:
+        if self._error is not None:
+            raise self._error
+        assert self.status is not None
+        return self.status
+
+
+def _aligned(nbytes: int) -> memoryview:
+    """A fresh writable buffer of ``nbytes`` whose first byte is 64-byte aligned."""
+    raw = np.empty(nbytes + 64, dtype=np.uint8)
+    start = (-raw.ctypes.data) % 64
+    return raw[start : start + nbytes].data
+
+
+def _first_dependency(requests: Sequence[Request[Any]], dead: Collection[int]) -> int | None:
+    for r in requests:
+        if not r.done:
+            rank = r.depends(dead)
+            if rank is not None:
+                return rank
+    return None
+
+
+def wait_all(requests: Sequence[Request[Any]], timeout: float | None = None) -> list[Any]:
+    """Wait for every request; return their results in order.
+
+    Raises:
+        Timeout: some request is not complete within ``timeout`` seconds.
+        The first error of a failed request, after all have completed.
+    """
+    if not requests:
+        return []
+    engine = requests[0]._engine
+    pending = [r for r in requests if not r.done]
+    if pending:
+        engine.wait_for(lambda: all(r.done for r in pending), timeout,
+                        lambda: "; ".join(r.describe() for r in pending if not r.done),
+                        lambda dead: _first_dependency(pending, dead))
+    return [r._value() for r in requests]
+
+
+def wait_any(requests: Sequence[Request[Any]], timeout: float | None = None) -> tuple[int, Any]:
+    """Wait until some request completes; return its index and result.
+
+    Raises:
+        ValueError: ``requests`` is empty.
+        Timeout: none completed within ``timeout`` seconds.
+    """
+    if not requests:
+        raise ValueError("requests is empty: wait_any needs at least one request")
+    found: list[int] = []
+
+    def any_done() -> bool:
+        for i, r in enumerate(requests):
+            if r.done:
+                found.append(i)
+                return True
+        return False
+
+    if not any_done():
+        requests[0]._engine.wait_for(
+            any_done, timeout, lambda: "any of: " + "; ".join(r.describe() for r in requests),
+            lambda dead: _first_dependency(requests, dead))
+    i = found[0]
+    return i, requests[i]._value()
+
+
+def test_all(requests: Sequence[Request[Any]]) -> bool:
+    """Make progress once; return whether every request has completed."""
+    if all(r.done for r in requests):
+        return True
+    requests[0]._engine.progress()
+    return all(r.done for r in requests)
+
+
+def test_any(requests: Sequence[Request[Any]]) -> int | None:
+    """Make progress once; return the index of a completed request, or None."""
+    for _ in range(2):
+        for i, r in enumerate(requests):
+            if r.done:
+                return i
+        if not requests:
+            return None
+        requests[0]._engine.progress()
+    return None

@@ -1,0 +1,92 @@
+"""The exception tree of Ringworld.
+
+Every error the library raises derives from :class:`RingworldError`::
+
+    RingworldError
+    ├── ConfigError            bad environment / launcher configuration
+    ├── BootstrapError         rendezvous failed (store unreachable, authentication, missing peer)
+    │   └── AuthenticationError  a peer or store did not prove knowledge of the job secret
+    ├── CommError              a communication operation failed
+    │   ├── TransportError     bytes could not be moved (raised ``from`` the OSError beneath)
+    │   │   └── PeerFailure    a peer process died or closed its connection; names the rank
+    │   ├── Timeout            a blocking call ran past its timeout (also a ``TimeoutError``)
+    │   ├── TruncationError    a message is larger than the receive buffer; names both sizes
+    │   └── CommBroken         the communicator failed earlier; later calls raise at once
+    └── StoreError             a store request failed
+        └── StoreTimeout       a key did not appear in time (also a ``TimeoutError``)
+
+Bad arguments raise the builtin ``ValueError`` / ``TypeError`` naming the argument and value.
+"""
+
+from __future__ import annotations
+
+
+class RingworldError(Exception):
+    """Base class of every Ringworld error."""
+
+
+class ConfigError(RingworldError):
+    """The environment or launcher configuration is invalid."""
+
+
+class BootstrapError(RingworldError):
+    """Rendezvous between the ranks of a job failed."""
+
+
+class AuthenticationError(BootstrapError):
+    """A peer or the store failed to prove it knows the job secret."""
+
+
+class StoreError(RingworldError):
+    """A request to the rendezvous store failed."""
+
+
+class StoreTimeout(StoreError, TimeoutError):
+    """A store key did not appear before the timeout."""
+
+
+class CommError(RingworldError):
+    """A communication operation failed."""
+
+
+class TransportError(CommError):
+    """A transport could not move bytes; chained from the underlying error."""
+
+
+class PeerFailure(TransportError):
+    """A peer process died or dropped its connection.
+
+    Attributes:
+        rank: the world rank of the failed peer.
+    """
+
+    def __init__(self, rank: int, detail: str) -> None:
+        super().__init__(f"peer rank {rank} failed: {detail}")
+        self.rank = rank
+        self.detail = detail
+
+
+class Timeout(CommError, TimeoutError):
+    """A blocking communication call did not complete in time."""
+
+
+class TruncationError(CommError):
+    """An incoming message does not fit the receive buffer.
+
+    Attributes:
+        message_bytes: size of the incoming message.
+        buffer_bytes: size of the receive buffer.
+    """
+
+    def __init__(self, message_bytes: int, buffer_bytes: int, detail: str = "") -> None:
+        extra = f" ({detail})" if detail else ""
+        super().__init__(
+            f"message truncated: incoming message has {message_bytes} bytes but the receive "
+            f"buffer holds only {buffer_bytes} bytes{extra}"
+        )
+        self.message_bytes = message_bytes
+        self.buffer_bytes = buffer_bytes
+
+
+class CommBroken(CommError):
+    """The communicator hit a fatal error earlier and can no longer be used."""

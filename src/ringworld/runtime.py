@@ -1,0 +1,133 @@
+"""Process-wide start-up and shut-down: ``init()``, ``world()``, ``finalize()``.
+
+``init()`` reads the configuration the launcher left in the environment, meets the other ranks
+through the job's authenticated store, builds the transport and returns the world communicator.
+Outside a launched job it returns a world of size 1 (like MPI's singleton init), so scripts also
+run as plain ``python script.py``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+
+from ringworld import config as _config
+from ringworld.comm.communicator import Communicator
+from ringworld.comm.engine import WORLD_CONTEXT, Engine
+from ringworld.errors import BootstrapError, ConfigError, RingworldError
+from ringworld.store.base import Store
+from ringworld.transport.base import Transport
+
+_lock = threading.Lock()
+_world: Communicator | None = None
+_engine: Engine | None = None
+_store: Store | None = None
+_finalized = False
+BOOTSTRAP_TIMEOUT = 60.0
+
+
+def _connect_store(cfg: _config.Config) -> Store:
+    from ringworld.store.tcp import TCPStore
+
+    assert cfg.store_addr is not None
+    host, sep, port = cfg.store_addr.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ConfigError(f"RINGWORLD_STORE={cfg.store_addr!r} must be host:port")
+    return TCPStore(host.strip("[]"), int(port), cfg.secret, timeout=BOOTSTRAP_TIMEOUT)
+
+
+def _make_transport(cfg: _config.Config, kind: str, store: Store) -> Transport:
+    if kind == "tcp":
+        from ringworld.transport.tcp import TcpTransport
+
+        return TcpTransport.create(cfg.rank, cfg.size, store, cfg.secret, bind=cfg.bind,
+                                   timeout=BOOTSTRAP_TIMEOUT)
+    from ringworld.transport.shm import ShmTransport
+
+    return ShmTransport.create(cfg.rank, cfg.size, store, cfg.job_id,
+                               ring_bytes=cfg.shm_ring_bytes, eager_bytes=cfg.eager_bytes,
+                               timeout=BOOTSTRAP_TIMEOUT)
+
+
+def init(*, transport: str | None = None, timeout: float | None = None) -> Communicator:
+    """Start this rank's communication and return the world communicator; idempotent.
+
+    ``transport`` ("auto", "shm", "tcp") overrides ``RINGWORLD_TRANSPORT``; ``timeout`` sets
+    the default timeout of blocking calls (overrides ``RINGWORLD_TIMEOUT``). Collective: every
+    rank of the job must call it. Cost: a few store round trips and one connection or shared
+    segment per peer.
+
+    Raises:
+        ConfigError: the environment is inconsistent or an argument is invalid.
+        BootstrapError: the ranks could not meet (store unreachable, peer missing, no shm).
+        RuntimeError: called after ``finalize()``.
+    """
+    global _world, _engine, _store
+    with _lock:
+        if _world is not None:
+            return _world
+        if _finalized:
+            raise RuntimeError("ringworld.init() called after finalize(); a process runs one job")
+        if transport is not None and transport not in _config.TRANSPORTS:
+            raise ValueError(f"transport={transport!r} must be one of {_config.TRANSPORTS}")
+        if timeout is not None and timeout <= 0:
+            raise ValueError(f"timeout={timeout!r} must be positive or None")
+        cfg = _config.from_env()
+        kind = transport or cfg.transport
+        if kind == "auto":
+            kind = "shm"
+        route: list[Transport | None] = [None] * cfg.size
+        store: Store | None = None
+        if cfg.size > 1:
+            try:
+                store = _connect_store(cfg)
+                t = _make_transport(cfg, kind, store)
+            except RingworldError:
+                if store is not None:
+                    store.close()
+                raise
+            except OSError as exc:
+                if store is not None:
+                    store.close()
+                raise BootstrapError(f"rank {cfg.rank}: {kind} transport set-up failed: {exc}") \
+                    from exc
+            for r in range(cfg.size):
+                if r != cfg.rank:
+                    route[r] = t
+        engine = Engine(cfg.rank, cfg.size, route, timeout if timeout is not None else cfg.timeout)
+        _engine = engine
+        _store = store
+        _world = Communicator(engine, range(cfg.size), WORLD_CONTEXT, "world")
+        atexit.register(finalize)
+        return _world
+
+
+def world() -> Communicator:
+    """The world communicator, calling :func:`init` first if needed."""
+    return _world if _world is not None else init()
+
+
+def initialized() -> bool:
+    """Whether :func:`init` has run (and :func:`finalize` has not)."""
+    return _world is not None
+
+
+def finalized() -> bool:
+    """Whether :func:`finalize` has run."""
+    return _finalized
+
+
+def finalize() -> None:
+    """Close this rank's transports and store connection; idempotent, also run at exit.
+
+    Messages this rank sent eagerly stay readable by their receivers after it exits; a rank
+    that still waits for this one gets a PeerFailure instead of hanging.
+    """
+    global _world, _engine, _store, _finalized
+    with _lock:
+        if _engine is not None:
+            _engine.close()
+        if _store is not None:
+            _store.close()
+        _world = _engine = _store = None
+        _finalized = True

@@ -1,0 +1,148 @@
+"""The transport contract: move framed messages between this rank and its peers.
+
+A transport knows nothing about matching, requests or collectives. It carries *messages*: an
+envelope ``(context, tag, flags)`` chosen by the communicator layer plus a payload of ``nbytes``
+bytes, in FIFO order per (sender, receiver) pair. The communicator drives it:
+
+* :meth:`Transport.isend` queues a message given as a list of byte segments (gathered, not joined);
+  the returned :class:`SendHandle` becomes ``done`` once the segments may be reused.
+* :meth:`Transport.poll` moves bytes without blocking and hands each arriving message to a
+  ``deliver`` callback as an :class:`Incoming`. Inside the callback the communicator either calls
+  :meth:`Incoming.read_into` (a receive matched: bytes land straight in the user's buffer) or
+  :meth:`Incoming.detach` (no receive yet: the message is kept, buffered or as a handshake only).
+* :meth:`Transport.wait_event` blocks until something may have happened (a doorbell, a readable
+  socket, a peer exiting) or the timeout passes; spurious returns are allowed.
+
+Failures: ``poll`` raises :class:`~ringworld.errors.PeerFailure` naming the rank when a peer process
+dies or its connection breaks; :meth:`Transport.check_peers` does the same check on demand.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+
+OnDone = Callable[[], None]
+Deliver = Callable[["Incoming"], None]
+
+
+class SendHandle:
+    """Completion flag of one queued send; ``done`` turns true when the buffer may be reused."""
+
+    __slots__ = ("done",)
+
+    def __init__(self, done: bool = False) -> None:
+        self.done = done
+
+
+#: A shared, already-completed handle, returned by sends that finished synchronously.
+DONE = SendHandle(True)
+
+
+class Incoming(ABC):
+    """A message that has arrived (at least its envelope); the payload may still be in flight."""
+
+    __slots__ = ("context", "flags", "nbytes", "source", "tag")
+
+    def __init__(self, source: int, context: int, tag: int, flags: int, nbytes: int) -> None:
+        self.source = source
+        self.context = context
+        self.tag = tag
+        self.flags = flags
+        self.nbytes = nbytes
+
+    @abstractmethod
+    def read_into(self, dest: memoryview, on_done: OnDone) -> None:
+        """Deliver the payload into ``dest`` (writable bytes view, ``len(dest) >= nbytes``).
+
+        ``on_done`` is called exactly once when all ``nbytes`` are in ``dest``, possibly before this
+        returns. Bytes of ``dest`` beyond ``nbytes`` are never written.
+        """
+
+    @abstractmethod
+    def detach(self) -> Incoming:
+        """Keep this message for a later :meth:`read_into` after the deliver callback returns.
+
+        Cost: eager payloads are copied once into an owned buffer; rendezvous messages keep only
+        their envelope and move no data until ``read_into``.
+        """
+
+
+class BufferedIncoming(Incoming):
+    """A detached message whose payload is (being) copied into an owned buffer."""
+
+    __slots__ = ("_complete", "_pending", "data")
+
+    def __init__(self, source: int, context: int, tag: int, flags: int, nbytes: int) -> None:
+        super().__init__(source, context, tag, flags, nbytes)
+        self.data = bytearray(nbytes)
+        self._complete = False
+        self._pending: tuple[memoryview, OnDone] | None = None
+
+    def mark_complete(self) -> None:
+        """Called by the transport once ``data`` holds the whole payload."""
+        self._complete = True
+        if self._pending is not None:
+            dest, on_done = self._pending
+            self._pending = None
+            self._finish(dest, on_done)
+
+    def _finish(self, dest: memoryview, on_done: OnDone) -> None:
+        if self.nbytes:
+            dest[: self.nbytes] = self.data
+        self.data = bytearray()
+        on_done()
+
+    def read_into(self, dest: memoryview, on_done: OnDone) -> None:
+        if self._complete:
+            self._finish(dest, on_done)
+        else:
+            self._pending = (dest, on_done)
+
+    def detach(self) -> Incoming:
+        return self
+
+
+class Transport(ABC):
+    """Moves messages between this rank and a set of peers (world ranks)."""
+
+    #: short stable name used in logs and the CLI ("shm", "tcp").
+    name: str = ""
+
+    def __init__(self, rank: int, peers: Sequence[int]) -> None:
+        self.rank = rank
+        self.peers = tuple(peers)
+
+    @abstractmethod
+    def isend(
+        self, dest: int, context: int, tag: int, flags: int, segments: Sequence[memoryview],
+        nbytes: int,
+    ) -> SendHandle:
+        """Queue a message to ``dest``; ``segments`` are byte views totalling ``nbytes``.
+
+        Returns :data:`DONE` when the message was copied out synchronously. The segments must stay
+        unchanged until the handle is done.
+
+        Raises:
+            PeerFailure: ``dest`` is known to have failed.
+        """
+
+    @abstractmethod
+    def poll(self, deliver: Deliver) -> bool:
+        """Make progress without blocking; return whether anything happened.
+
+        Raises:
+            PeerFailure: a peer died or its connection broke.
+        """
+
+    @abstractmethod
+    def wait_event(self, timeout: float) -> None:
+        """Block for at most ``timeout`` seconds until progress may be possible."""
+
+    @abstractmethod
+    def check_peers(self) -> None:
+        """Raise :class:`~ringworld.errors.PeerFailure` if any peer is known to be gone."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release every resource (sockets, mappings, descriptors); idempotent."""
