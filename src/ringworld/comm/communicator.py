@@ -96,7 +96,9 @@ class Communicator:
         return world_rank if self._identity else self._to_comm_map.get(world_rank, -1)
 
     def _world(self, rank: int, name: str) -> int:
-        if type(rank) is not int and not isinstance(rank, (int, np.integer)):
+        if type(rank) is int and 0 <= rank < self.size:
+            return self._ranks[rank]
+        if not isinstance(rank, (int, np.integer)) or isinstance(rank, bool):
             raise TypeError(f"{name} must be an int, got {type(rank).__name__}")
         if not 0 <= rank < self.size:
             raise ValueError(f"{name}={rank} is out of range for {self.name} of size "
@@ -110,6 +112,8 @@ class Communicator:
 
     @staticmethod
     def _send_tag(tag: int) -> int:
+        if type(tag) is int and 0 <= tag <= TAG_UB:
+            return tag
         if not isinstance(tag, (int, np.integer)) or not 0 <= tag <= TAG_UB:
             raise ValueError(f"tag={tag!r} must be an int in 0..{TAG_UB}")
         return int(tag)

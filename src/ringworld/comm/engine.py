@@ -24,6 +24,7 @@ from ringworld.comm.requests import ANY_SOURCE, ANY_TAG, RecvRequest
 from ringworld.errors import CommBroken, PeerFailure, Timeout, TransportError
 from ringworld.transport.base import BufferedIncoming, Incoming, SendHandle, Transport
 
+FAST_POLLS = 32          # polls before the first clock read
 SPIN_POLLS = 2000        # polls before yielding the CPU
 YIELD_POLLS = 200        # polls with sched_yield before sleeping
 SLEEP_SLICE = 0.005      # longest single sleep: bounds a lost doorbell wake-up
@@ -145,7 +146,8 @@ class Engine:
         Raises:
             CommBroken: a transport failed beyond a single peer (now or earlier).
         """
-        self._check_broken()
+        if self.broken is not None:
+            self._check_broken()
         did = False
         for t in self.transports:
             try:
@@ -195,11 +197,16 @@ class Engine:
             timeout = self.timeout
         elif timeout < 0:
             raise ValueError(f"timeout={timeout} must be >= 0 or None")
+        progress = self.progress
+        for _ in range(FAST_POLLS):  # the common case: done within a few polls, no clock reads
+            if progress() and self.dead and not cond():
+                self._raise_if_needed(depends, describe)
+            if cond():
+                return
         now = time.monotonic()
         deadline = None if timeout is None else now + timeout
         next_check = now + CHECK_PEERS_EVERY
         polls = 0
-        progress = self.progress
         transports = self.transports
         while True:
             if progress():

@@ -8,8 +8,7 @@ operation's result; ``test`` makes progress once and says whether it completed.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
 import numpy as np
 from numpy.typing import DTypeLike
@@ -27,8 +26,7 @@ ANY_TAG = -1
 TAG_UB = 2**31 - 1
 
 
-@dataclass(frozen=True, slots=True)
-class Status:
+class Status(NamedTuple):
     """What a receive or probe found: the sender's rank, the tag and the message size in bytes."""
 
     source: int

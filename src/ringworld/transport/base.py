@@ -63,8 +63,8 @@ class Incoming(ABC):
     def detach(self) -> Incoming:
         """Keep this message for a later :meth:`read_into` after the deliver callback returns.
 
-        Cost: eager payloads are copied once into an owned buffer; rendezvous messages keep only
-        their envelope and move no data until ``read_into``.
+        Cost: the payload is received into an owned buffer (one extra copy on ``read_into``), so
+        unmatched messages never hold up their sender or later messages.
         """
 
 

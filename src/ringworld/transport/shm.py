@@ -230,8 +230,12 @@ class _EagerIncoming(Incoming):
     __slots__ = ("view",)
 
     def __init__(self, source: int, context: int, tag: int, flags: int,
-                 view: memoryview) -> None:
-        super().__init__(source, context, tag, flags, len(view))
+                 view: memoryview) -> None:  # no super() call: this is the hot path
+        self.source = source
+        self.context = context
+        self.tag = tag
+        self.flags = flags
+        self.nbytes = len(view)
         self.view = view
 
     def read_into(self, dest: memoryview, on_done: OnDone) -> None:
@@ -249,7 +253,13 @@ class _EagerIncoming(Incoming):
 
 
 class _RendezvousIncoming(Incoming):
-    """A large message announced by RTS; data moves only once ``read_into`` names a buffer."""
+    """A large message announced by RTS; data moves once a receive names a buffer.
+
+    An unmatched one is pulled into an owned buffer at once (``detach``), so a sender never
+    blocks on a receiver that has not posted yet: sends behave as buffered, as over TCP, and
+    the classic "both ranks send first" exchange cannot deadlock. Matched receives get the data
+    straight into the caller's buffer.
+    """
 
     __slots__ = ("msg_id", "transport")
 
@@ -263,7 +273,9 @@ class _RendezvousIncoming(Incoming):
         self.transport._accept_rendezvous(self, dest, on_done)
 
     def detach(self) -> Incoming:
-        return self
+        b = BufferedIncoming(self.source, self.context, self.tag, self.flags, self.nbytes)
+        self.transport._accept_rendezvous(self, memoryview(b.data), b.mark_complete)
+        return b
 
 
 class ShmTransport(Transport):
@@ -418,6 +430,8 @@ class ShmTransport(Transport):
     # ------------------------------------------------------------------ sending
     def _peer(self, dest: int) -> _Peer:
         p = self._peers[dest] if 0 <= dest < self.size else None
+        if p is not None and not p.dead:
+            return p
         if p is None:
             raise ValueError(f"dest={dest} is not a peer of this shared-memory transport")
         if p.dead:
@@ -497,9 +511,30 @@ class ShmTransport(Transport):
               segments: Sequence[memoryview], nbytes: int) -> SendHandle:
         p = self._peer(dest)
         if nbytes <= self.eager_bytes:
-            if not p.out and self._write_frame(p, EAGER, flags, context, tag, nbytes, 0, 0,
-                                               segments):
-                return DONE
+            if not p.out:
+                # fast path of _write_frame: room before the end of the ring
+                frame_len = (HDR + nbytes + 63) & ~63
+                head = p.tx_head
+                rb = self.ring_bytes
+                pos = head % rb
+                ctl = p.ctl
+                if pos + frame_len <= rb and head + frame_len - ctl[p.tx_tail_w] <= rb:
+                    data = p.data
+                    FRAME.pack_into(data, pos, EAGER, flags, 0, context, frame_len, HDR, tag,
+                                    nbytes, 0, 0)
+                    at = pos + HDR
+                    for seg in segments:
+                        n = len(seg)
+                        data[at : at + n] = seg
+                        at += n
+                    head += frame_len
+                    p.tx_head = head
+                    ctl[p.tx_head_w] = head
+                    if ctl[_W_SLEEP]:
+                        self._ring_bell(p)
+                    return DONE
+                if self._write_frame(p, EAGER, flags, context, tag, nbytes, 0, 0, segments):
+                    return DONE
             h = SendHandle()
             p.out.append(_OutFrame(EAGER, flags, context, tag, nbytes, 0, 0, segments, h))
             return h
@@ -584,10 +619,13 @@ class ShmTransport(Transport):
 
     def poll(self, deliver: Deliver) -> bool:
         did = False
+        ctl = self._my_ctl
+        if ctl is None:
+            return False
         for p in self._active:
             if p.out and self._flush(p):
                 did = True
-            if self._drain(p, deliver):
+            if ctl[p.rx_head] != p.rx_tail and self._drain(p, deliver):
                 did = True
         return did
 
