@@ -178,7 +178,13 @@ class Communicator:
             TruncationError: the message is larger than ``buf`` (``buf`` is left untouched).
             Timeout, PeerFailure: see :meth:`Request.wait`.
         """
-        return self.irecv(buf, source, tag).wait(timeout)
+        view = recv_view(buf, "buf")
+        req = BufferRecvRequest(self._engine, self.context, self._source(source),
+                                self._recv_tag(tag), view, self._to_comm)
+        self._engine.post(req)
+        if req._done:
+            return req._value()
+        return req.wait_or_cancel(timeout)
 
     def sendrecv(self, sendbuf: Any, dest: int, recvbuf: Any, source: int = ANY_SOURCE,
                  sendtag: int = 0, recvtag: int = ANY_TAG, *,
@@ -215,9 +221,12 @@ class Communicator:
         Raises:
             As :meth:`isend_obj`, plus Timeout and PeerFailure while waiting.
         """
-        req = self.isend_obj(obj, dest, tag)
-        if not req.done:
-            req.wait(timeout)
+        w = self._world(dest, "dest")
+        t = self._send_tag(tag)
+        segments, nbytes, flags, keep = objects.encode(obj)
+        h = self._engine.isend(w, self.context, t, flags, segments, nbytes)
+        if not h.done:
+            SendRequest(self._engine, h, w, (segments, keep)).wait(timeout)
 
     def irecv_obj(self, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request[Any]:
         """Start receiving a value; ``wait()`` returns it, ``status`` says where it came from."""
@@ -234,7 +243,10 @@ class Communicator:
             Timeout, PeerFailure: see :meth:`Request.wait`.
             CommError: the matched message was a buffer, not an object.
         """
-        return self.irecv_obj(source, tag).wait(timeout)
+        req = ObjectRecvRequest(self._engine, self.context, self._source(source),
+                                self._recv_tag(tag), None, self._to_comm)
+        self._engine.post(req)
+        return req.wait_or_cancel(timeout)
 
     def sendrecv_obj(self, obj: Any, dest: int, source: int = ANY_SOURCE, sendtag: int = 0,
                      recvtag: int = ANY_TAG, *, timeout: float | None = None) -> Any:

@@ -149,7 +149,10 @@ class RecvRequest(Request[T]):
 
     def __init__(self, engine: Engine, context: int, source: int, tag: int,
                  dest: memoryview | None, to_comm: Callable[[int], int]) -> None:
-        super().__init__(engine)
+        self._engine = engine  # Request.__init__ inlined: receives are the hot path
+        self._error = None
+        self._result = None
+        self.status = None
         self.context = context
         self.source = source   # world rank or ANY_SOURCE
         self.tag = tag
@@ -162,6 +165,19 @@ class RecvRequest(Request[T]):
     @property
     def done(self) -> bool:
         return self._done
+
+    def wait(self, timeout: float | None = None) -> T:
+        if not self._done:
+            self._engine.wait_for(lambda: self._done, timeout, self.describe, self.depends)
+        return self._value()
+
+    def wait_or_cancel(self, timeout: float | None) -> T:
+        """Wait; on a timeout or failure, withdraw the receive so no data lands later."""
+        try:
+            return self.wait(timeout)
+        except BaseException:
+            self.cancel()
+            raise
 
     def describe(self) -> str:
         src = "any source" if self.source == ANY_SOURCE else f"rank {self._to_comm(self.source)}"
@@ -214,10 +230,15 @@ class BufferRecvRequest(RecvRequest[Status]):
         return self.status
 
 
+ALIGN_FROM = 65536  # buffers at least this large are 64-byte aligned (memcpy speed)
+
+
 def _aligned(nbytes: int) -> memoryview:
-    """A fresh writable buffer of ``nbytes`` whose first byte is 64-byte aligned."""
+    """A fresh writable buffer of ``nbytes``; 64-byte aligned when large enough to matter."""
+    if nbytes < ALIGN_FROM:
+        return memoryview(bytearray(nbytes))
     raw = np.empty(nbytes + 64, dtype=np.uint8)
-    start = (-raw.ctypes.data) % 64
+    start = (-raw.__array_interface__["data"][0]) % 64
     return raw[start : start + nbytes].data
 
 
