@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 
 import numpy as np
@@ -286,7 +285,7 @@ def _errors(comm: Communicator) -> None:
     # truncation: both sizes named, the receive buffer left untouched
     comm.send(np.arange(10, dtype=np.int64), right, tag=21)
     small = np.full(4, -7, np.int64)
-    with pytest.raises(ringworld.TruncationError, match="80 bytes.*32 bytes") as info:
+    with pytest.raises(ringworld.TruncationError, match=r"80 bytes.*32 bytes") as info:
         comm.recv(small, left, 21)
     assert info.value.message_bytes == 80 and info.value.buffer_bytes == 32
     np.testing.assert_array_equal(small, np.full(4, -7))
@@ -298,7 +297,7 @@ def _errors(comm: Communicator) -> None:
     assert comm.recv_obj(left, 23) == "after"
     # a receive nobody satisfies times out, naming the operation
     t0 = time.monotonic()
-    with pytest.raises(ringworld.Timeout, match="receive from rank .* tag 77"):
+    with pytest.raises(ringworld.Timeout, match=r"receive from rank .* tag 77"):
         comm.recv(buf, left, 77, timeout=0.3)
     assert 0.25 < time.monotonic() - t0 < 5
     with pytest.raises(TimeoutError):
