@@ -1,0 +1,286 @@
+"""The transport contract, checked identically for every transport (shm and tcp).
+
+Endpoints of one world live in threads of the test process (rendezvous through a MemoryStore);
+failure of a peer process is checked with a forked child.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import pytest
+
+from ringworld.errors import PeerFailure
+from ringworld.store.memory import MemoryStore
+from ringworld.store.tcp import TCPStore, TCPStoreServer
+from ringworld.transport.base import Incoming, Transport
+from ringworld.transport.shm import FRAME, ShmTransport
+from ringworld.transport.tcp import HEADER, TcpTransport
+
+KINDS = ["shm", "tcp"]
+SECRET = b"conformance-secret-0123456789abcd"
+
+
+def make(kind: str, rank: int, size: int, store: object, job: str) -> Transport:
+    if kind == "shm":
+        return ShmTransport.create(rank, size, store, job, timeout=20)  # type: ignore[arg-type]
+    return TcpTransport.create(rank, size, store, SECRET, timeout=20)  # type: ignore[arg-type]
+
+
+def world(kind: str, size: int) -> list[Transport]:
+    store = MemoryStore()
+    job = f"conf{os.getpid()}x{secrets.token_hex(3)}"
+    out: list[Transport | None] = [None] * size
+    errors: list[BaseException] = []
+
+    def start(r: int) -> None:
+        try:
+            out[r] = make(kind, r, size, store, job)
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=start, args=(r,)) for r in range(size)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    if errors:
+        raise errors[0]
+    assert all(t is not None for t in out)
+    return [t for t in out if t is not None]
+
+
+@pytest.fixture(params=KINDS)
+def kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def pair(kind: str) -> Iterator[list[Transport]]:
+    ts = world(kind, 2)
+    yield ts
+    for t in ts:
+        t.close()
+    assert not [f for f in os.listdir("/dev/shm") if f.startswith("ringworld-conf")]
+
+
+class Sink:
+    """Collects arriving messages: matched into fresh buffers, or detached when told to."""
+
+    def __init__(self, detach: bool = False) -> None:
+        self.detach = detach
+        self.got: list[tuple[int, int, int, int, bytearray]] = []
+        self.done = 0
+        self.kept: list[Incoming] = []
+
+    def __call__(self, inc: Incoming) -> None:
+        if self.detach:
+            self.kept.append(inc.detach())
+            return
+        buf = bytearray(inc.nbytes)
+        self.got.append((inc.source, inc.context, inc.tag, inc.flags, buf))
+        inc.read_into(memoryview(buf), self._one_done)
+
+    def _one_done(self) -> None:
+        self.done += 1
+
+
+def pump(ts: list[Transport], sinks: list[Callable[[Incoming], None]],
+         until: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not until():
+        if time.monotonic() > deadline:
+            raise TimeoutError("transport made no progress")
+        for t, s in zip(ts, sinks, strict=True):
+            t.poll(s)
+
+
+def payload(i: int, n: int) -> bytes:
+    return ((np.arange(n, dtype=np.int64) * 13 + i * 7919) % 251).astype(np.uint8).tobytes()
+
+
+SIZES = [0, 1, 63, 64, 65, 4096, 40_000, 100_000, 1 << 20, 3_000_001]
+
+
+def test_fifo_per_pair_with_every_size(pair: list[Transport]) -> None:
+    a, b = pair
+    sink_a, sink_b = Sink(), Sink()
+    msgs = [(i, n) for i, n in enumerate(SIZES * 3)]
+    handles = [a.isend(1, 6, 100 + i, i % 4, [memoryview(payload(i, n))], n) for i, n in msgs]
+    pump([a, b], [sink_a, sink_b], lambda: sink_b.done == len(msgs) and all(h.done for h in handles))
+    assert [(g[0], g[1], g[2], g[3]) for g in sink_b.got] == [(0, 6, 100 + i, i % 4)
+                                                              for i, _ in msgs]
+    for (i, n), g in zip(msgs, sink_b.got, strict=True):
+        assert bytes(g[4]) == payload(i, n)
+
+
+def test_gathered_segments_arrive_as_one_message(pair: list[Transport]) -> None:
+    a, b = pair
+    parts = [payload(1, 10), b"", payload(2, 70_000), payload(3, 5), payload(4, 200_000)]
+    total = sum(len(p) for p in parts)
+    sink = Sink()
+    h = a.isend(1, 0, 1, 0, [memoryview(p) for p in parts], total)
+    pump([a, b], [Sink(), sink], lambda: sink.done == 1 and h.done)
+    assert bytes(sink.got[0][4]) == b"".join(parts)
+
+
+def test_both_directions_at_once(pair: list[Transport]) -> None:
+    a, b = pair
+    sa, sb = Sink(), Sink()
+    big = payload(9, 5_000_000)
+    ha = a.isend(1, 0, 1, 0, [memoryview(big)], len(big))
+    hb = b.isend(0, 0, 1, 0, [memoryview(big)], len(big))
+    pump([a, b], [sa, sb], lambda: sa.done == 1 and sb.done == 1 and ha.done and hb.done)
+    assert bytes(sa.got[0][4]) == big == bytes(sb.got[0][4])
+
+
+def test_detached_messages_are_read_later(pair: list[Transport]) -> None:
+    a, b = pair
+    keep = Sink(detach=True)
+    sizes = [0, 10, 50_000, 2_000_000]
+    hs = [a.isend(1, 0, i, 0, [memoryview(payload(i, n))], n) for i, n in enumerate(sizes)]
+    pump([a, b], [Sink(), keep], lambda: len(keep.kept) == len(sizes) and all(h.done for h in hs))
+    # the sender is not held up by a receiver that has not matched: sends completed above
+    bufs = [bytearray(n + 3) for n in sizes]
+    done: list[int] = []
+    for i, inc in enumerate(reversed(keep.kept)):  # read back in any order
+        j = len(sizes) - 1 - i
+        assert inc.nbytes == sizes[j] and inc.tag == j
+        inc.read_into(memoryview(bufs[j]), lambda j=j: done.append(j))
+    pump([a, b], [Sink(), Sink()], lambda: len(done) == len(sizes))
+    for j, n in enumerate(sizes):
+        assert bytes(bufs[j][:n]) == payload(j, n)
+        assert bytes(bufs[j][n:]) == b"\0\0\0"  # nothing written past the message
+
+
+def test_three_ranks_many_small_messages(kind: str) -> None:
+    ts = world(kind, 3)
+    try:
+        sinks = [Sink(), Sink(), Sink()]
+        hs = []
+        for src in range(3):
+            for dst in range(3):
+                if src != dst:
+                    hs += [ts[src].isend(dst, 2, i, 0, [memoryview(struct.pack("<qq", src, i))],
+                                         16) for i in range(500)]
+        pump(ts, sinks, lambda: all(s.done == 1000 for s in sinks) and all(h.done for h in hs))
+        for dst, s in enumerate(sinks):
+            for src in range(3):
+                if src != dst:
+                    seq = [struct.unpack("<qq", bytes(g[4]))[1] for g in s.got if g[0] == src]
+                    assert seq == list(range(500))
+    finally:
+        for t in ts:
+            t.close()
+
+
+def test_wait_event_honours_its_timeout(pair: list[Transport]) -> None:
+    a, _ = pair
+    t0 = time.monotonic()
+    a.wait_event(0.2)
+    assert time.monotonic() - t0 < 1.0
+
+
+def test_wait_event_wakes_on_arrival(pair: list[Transport]) -> None:
+    a, b = pair
+
+    def later() -> None:
+        time.sleep(0.3)
+        b.isend(0, 0, 0, 0, [memoryview(b"wake")], 4)
+
+    th = threading.Thread(target=later)
+    th.start()
+    t0 = time.monotonic()
+    sink = Sink()
+    while not sink.got:
+        a.wait_event(5.0)
+        a.poll(sink)
+        assert time.monotonic() - t0 < 4.0
+    th.join()
+    assert bytes(sink.got[0][4]) == b"wake"
+
+
+def test_close_is_idempotent(kind: str) -> None:
+    ts = world(kind, 2)
+    for t in ts:
+        t.close()
+        t.close()
+
+
+def test_sizes_beyond_4_gib_fit_the_wire_formats() -> None:
+    # multi-gigabyte messages: lengths are 64-bit on both wires
+    n = (5 << 30) + 3
+    raw = FRAME.pack(2, 0, 0, 1, 64, 64, 7, n, 9, 0)
+    assert FRAME.unpack(raw)[7] == n
+    fields = HEADER.unpack(HEADER.pack(*([0] * (len(HEADER.format) - 2)), n))
+    assert fields[-1] == n
+
+
+@pytest.mark.skipif(os.environ.get("RINGWORLD_BIG_TESTS") != "1",
+                    reason="moves 4.5 GiB through each transport; set RINGWORLD_BIG_TESTS=1")
+def test_message_larger_than_4_gib(pair: list[Transport]) -> None:  # pragma: no cover - opt-in
+    a, b = pair
+    n = (4 << 30) + (1 << 20) + 7
+    src = np.ones(n, np.uint8)
+    src[-7:] = 5
+    dst = np.zeros(n, np.uint8)
+    done: list[int] = []
+
+    def take(inc: Incoming) -> None:
+        inc.read_into(memoryview(dst), lambda: done.append(1))
+
+    h = a.isend(1, 0, 0, 0, [memoryview(src)], n)
+    pump([a, b], [Sink(), take], lambda: bool(done) and h.done, timeout=600)
+    assert dst[0] == 1 and (dst[-7:] == 5).all()
+
+
+def _child_endpoint(kind: str, host: str, port: int, job: str, die: str) -> None:
+    store = TCPStore(host, port, SECRET, timeout=20)
+    t = make(kind, 1, 2, store, job)
+    t.isend(0, 0, 1, 0, [memoryview(b"last words")], 10)
+    if die == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    os._exit(0)
+
+
+@pytest.mark.parametrize("die", ["exit", "kill"])
+def test_peer_process_death_is_reported_after_its_last_message(kind: str, die: str) -> None:
+    server = TCPStoreServer(SECRET)
+    host, port = server.start()
+    job = f"conf{os.getpid()}d{secrets.token_hex(3)}"
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        try:
+            _child_endpoint(kind, host, port, job, die)
+        finally:
+            os._exit(1)
+    try:
+        store = TCPStore(host, port, SECRET, timeout=20)
+        t = make(kind, 0, 2, store, job)
+        sink = Sink()
+        deadline = time.monotonic() + 10
+        with pytest.raises(PeerFailure) as info:
+            while time.monotonic() < deadline:
+                t.poll(sink)
+                t.check_peers()
+                t.wait_event(0.05)
+        assert info.value.rank == 1
+        # what it sent before dying is not lost
+        while not sink.got and time.monotonic() < deadline:
+            t.poll(sink)
+        assert sink.got and bytes(sink.got[0][4]) == b"last words"
+        with pytest.raises(PeerFailure):
+            t.isend(1, 0, 0, 0, [memoryview(b"x")], 1)
+        t.close()
+        store.close()
+    finally:
+        os.waitpid(pid, 0)
+        server.close()
+    assert not [f for f in os.listdir("/dev/shm") if f.startswith(f"ringworld-{job}")]
