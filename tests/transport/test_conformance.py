@@ -114,7 +114,8 @@ def test_fifo_per_pair_with_every_size(pair: list[Transport]) -> None:
     sink_a, sink_b = Sink(), Sink()
     msgs = [(i, n) for i, n in enumerate(SIZES * 3)]
     handles = [a.isend(1, 6, 100 + i, i % 4, [memoryview(payload(i, n))], n) for i, n in msgs]
-    pump([a, b], [sink_a, sink_b], lambda: sink_b.done == len(msgs) and all(h.done for h in handles))
+    pump([a, b], [sink_a, sink_b],
+         lambda: sink_b.done == len(msgs) and all(h.done for h in handles))
     assert [(g[0], g[1], g[2], g[3]) for g in sink_b.got] == [(0, 6, 100 + i, i % 4)
                                                               for i, _ in msgs]
     for (i, n), g in zip(msgs, sink_b.got, strict=True):

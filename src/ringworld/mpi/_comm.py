@@ -1,0 +1,378 @@
+"""``MPI.Comm`` / ``MPI.Intracomm``: mpi4py's communicator API over a native communicator.
+
+The native communicator is looked up on every call (``ringworld.world()``), so ``COMM_WORLD``
+starts the runtime only when first used and follows the world of a forked rank. Native errors
+(``ringworld.errors`` types, ``ValueError``, ``TypeError``) propagate unchanged.
+
+Ringworld has no synchronous send mode: ``Ssend``/``ssend``/``Issend``/``issend`` are the
+standard-mode sends, so they may complete before the matching receive has started. Programs that
+are correct under MPI only see fewer deadlocks; one that uses a synchronous send to learn that the
+receiver has reached its receive must exchange a reply message instead.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from typing import Any, Literal, NoReturn, Self
+
+import ringworld
+from ringworld.mpi._buffer import recv_message, send_message
+from ringworld.mpi._constants import ANY_SOURCE, ANY_TAG, PROC_NULL, TAG_UB
+from ringworld.mpi._exception import ERR_ARG, ERR_COMM, Exception
+from ringworld.mpi._request import EMPTY_DONE, PROC_NULL_DONE, Request, _Kind
+from ringworld.mpi._status import Status
+
+Resolver = Callable[[], ringworld.Communicator]
+
+
+def _fill(status: Status | None, native: ringworld.Status) -> None:
+    if status is not None:
+        status._set(native.source, native.tag, native.nbytes, native.cancelled)
+
+
+def _world() -> ringworld.Communicator:
+    return ringworld.world()
+
+
+def _fill_proc_null(status: Status | None) -> None:
+    PROC_NULL_DONE.fill(status)
+
+
+class _SelfResolver:
+    """Resolves COMM_SELF: the world's self communicator, made once per world."""
+
+    __slots__ = ("_self", "_world")
+
+    def __init__(self) -> None:
+        self._world: ringworld.Communicator | None = None
+        self._self: ringworld.Communicator | None = None
+
+    def __call__(self) -> ringworld.Communicator:
+        world = ringworld.world()
+        if world is not self._world or self._self is None:
+            self._self = world.self_comm()
+            self._world = world
+        return self._self
+
+
+class Comm:
+    """A communicator. ``Comm()`` is a null communicator like ``MPI.COMM_NULL``."""
+
+    __slots__ = ("_name", "_predefined", "_resolver")
+
+    def __init__(self) -> None:
+        self._resolver: Resolver | None = None
+        self._name = "MPI_COMM_NULL"
+        self._predefined = False
+
+    @classmethod
+    def _create(cls, resolver: Resolver, name: str, *, predefined: bool = False) -> Self:
+        comm = cls()
+        comm._resolver = resolver
+        comm._name = name
+        comm._predefined = predefined
+        return comm
+
+    @property
+    def _native(self) -> ringworld.Communicator:
+        if self._resolver is None:
+            raise Exception(ERR_COMM, "the communicator is null (COMM_NULL or freed)")
+        return self._resolver()
+
+    def __bool__(self) -> bool:
+        return self._resolver is not None
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Comm):
+            return NotImplemented
+        return self is other or (not self and not other)  # all null communicators are equal
+
+    __hash__ = None  # type: ignore[assignment]  # a mutable handle, unhashable as in mpi4py
+
+    def __repr__(self) -> str:
+        return f"<MPI.{type(self).__name__} {self._name}>"
+
+    # -- properties and bookkeeping ---------------------------------------------------------
+
+    def Get_rank(self) -> int:
+        """Return the rank of this process in the communicator."""
+        return self._native.rank
+
+    def Get_size(self) -> int:
+        """Return the number of processes in the communicator."""
+        return self._native.size
+
+    @property
+    def rank(self) -> int:
+        """The rank of this process."""
+        return self._native.rank
+
+    @property
+    def size(self) -> int:
+        """The number of processes."""
+        return self._native.size
+
+    def Get_name(self) -> str:
+        """Return the communicator's name."""
+        return self._name
+
+    def Set_name(self, name: str) -> None:
+        """Set the communicator's name."""
+        self._name = str(name)
+
+    @property
+    def name(self) -> str:
+        """The communicator's name."""
+        return self._name
+
+    @name.setter
+    def name(self, value: str) -> None:
+        self.Set_name(value)
+
+    def Is_inter(self) -> bool:
+        """Return False: only intracommunicators exist."""
+        return False
+
+    def Is_intra(self) -> bool:
+        """Return True: only intracommunicators exist."""
+        return True
+
+    @property
+    def is_inter(self) -> bool:
+        """False: only intracommunicators exist."""
+        return False
+
+    @property
+    def is_intra(self) -> bool:
+        """True: only intracommunicators exist."""
+        return True
+
+    def Get_attr(self, keyval: int) -> int:
+        """Return a predefined attribute; only ``TAG_UB`` is supported."""
+        if keyval == TAG_UB:
+            return TAG_UB
+        raise Exception(ERR_ARG, f"unsupported attribute key {keyval!r}; only TAG_UB exists")
+
+    def Free(self) -> None:
+        """Free the communicator, which becomes null; predefined ones cannot be freed."""
+        if self._predefined:
+            raise Exception(ERR_COMM, f"cannot free the predefined communicator {self._name}")
+        self._resolver = None
+
+    def Abort(self, errorcode: int = 0) -> NoReturn:
+        """Print a message and end this process at once with exit status ``errorcode``.
+
+        The launcher sees the rank die and tears the rest of the job down.
+        """
+        where = f"rank {self._native.rank} " if ringworld.initialized() and self else ""
+        sys.stdout.flush()
+        sys.stderr.write(f"ringworld.MPI: {where}called Abort({errorcode}) on {self._name}\n")
+        sys.stderr.flush()
+        os._exit(errorcode)
+
+    # -- Python objects (lowercase) ---------------------------------------------------------
+
+    def send(self, obj: Any, dest: int, tag: int = 0) -> None:
+        """Send a picklable object (blocking, standard mode)."""
+        if dest != PROC_NULL:
+            self._native.send_obj(obj, dest, tag)
+
+    ssend = send
+
+    def isend(self, obj: Any, dest: int, tag: int = 0) -> Request:
+        """Start sending a picklable object; ``wait()`` returns None."""
+        if dest == PROC_NULL:
+            return Request._completed(EMPTY_DONE)
+        return Request._wrap(self._native.isend_obj(obj, dest, tag), _Kind.SEND)
+
+    issend = isend
+
+    def recv(
+        self,
+        buf: Any = None,
+        source: int = ANY_SOURCE,
+        tag: int = ANY_TAG,
+        status: Status | None = None,
+    ) -> Any:
+        """Receive and return a Python object; ``buf`` is accepted and ignored."""
+        del buf
+        if source == PROC_NULL:
+            _fill_proc_null(status)
+            return None
+        if status is None:
+            return self._native.recv_obj(source, tag)
+        request = self._native.irecv_obj(source, tag)
+        obj = request.wait()
+        if request.status is not None:
+            _fill(status, request.status)
+        return obj
+
+    def irecv(self, buf: Any = None, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
+        """Start receiving an object; ``wait()`` returns it. ``buf`` is accepted and ignored."""
+        del buf
+        if source == PROC_NULL:
+            return Request._completed(PROC_NULL_DONE)
+        return Request._wrap(self._native.irecv_obj(source, tag), _Kind.RECV_OBJ)
+
+    def sendrecv(
+        self,
+        sendobj: Any,
+        dest: int,
+        sendtag: int = 0,
+        recvbuf: Any = None,
+        source: int = ANY_SOURCE,
+        recvtag: int = ANY_TAG,
+        status: Status | None = None,
+    ) -> Any:
+        """Send ``sendobj`` to ``dest`` and return the object received from ``source``."""
+        del recvbuf
+        if source == PROC_NULL:
+            self.send(sendobj, dest, sendtag)
+            _fill_proc_null(status)
+            return None
+        if dest == PROC_NULL:
+            return self.recv(None, source, recvtag, status)
+        if status is None:
+            return self._native.sendrecv_obj(
+                sendobj, dest, source=source, sendtag=sendtag, recvtag=recvtag
+            )
+        receiving = self._native.irecv_obj(source, recvtag)
+        sending = self._native.isend_obj(sendobj, dest, sendtag)
+        obj = ringworld.wait_all([receiving, sending])[0]
+        if receiving.status is not None:
+            _fill(status, receiving.status)
+        return obj
+
+    def probe(
+        self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None
+    ) -> Literal[True]:
+        """Block until a matching message is pending; fill ``status`` with its envelope."""
+        if source == PROC_NULL:
+            _fill_proc_null(status)
+        else:
+            _fill(status, self._native.probe(source, tag))
+        return True
+
+    def iprobe(
+        self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None
+    ) -> bool:
+        """Return whether a matching message is pending; if so fill ``status``."""
+        if source == PROC_NULL:
+            _fill_proc_null(status)
+            return True
+        found = self._native.iprobe(source, tag)
+        if found is None:
+            return False
+        _fill(status, found)
+        return True
+
+    def barrier(self) -> None:
+        """Block until every process of the communicator has called it."""
+        self._native.barrier()
+
+    # -- buffers (uppercase) ----------------------------------------------------------------
+
+    def Send(self, buf: Any, dest: int, tag: int = 0) -> None:
+        """Send a buffer spec (blocking, standard mode)."""
+        if dest == PROC_NULL and buf is None:
+            return
+        message = send_message(buf, "Send(buf)")
+        if dest != PROC_NULL:
+            self._native.send(message.view, dest, tag)
+
+    Ssend = Send
+
+    def Isend(self, buf: Any, dest: int, tag: int = 0) -> Request:
+        """Start sending a buffer spec; keep the buffer unchanged until the request completes."""
+        if dest == PROC_NULL and buf is None:
+            return Request._completed(EMPTY_DONE)
+        message = send_message(buf, "Isend(buf)")
+        if dest == PROC_NULL:
+            return Request._completed(EMPTY_DONE)
+        return Request._wrap(self._native.isend(message.view, dest, tag), _Kind.SEND)
+
+    Issend = Isend
+
+    def Recv(
+        self,
+        buf: Any,
+        source: int = ANY_SOURCE,
+        tag: int = ANY_TAG,
+        status: Status | None = None,
+    ) -> None:
+        """Receive into a buffer spec; a longer message raises ``TruncationError``."""
+        if source == PROC_NULL and buf is None:
+            _fill_proc_null(status)
+            return
+        message = recv_message(buf, "Recv(buf)")
+        if source == PROC_NULL:
+            _fill_proc_null(status)
+            return
+        _fill(status, self._native.recv(message.view, source, tag))
+
+    def Irecv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
+        """Start receiving into a buffer spec."""
+        if source == PROC_NULL and buf is None:
+            return Request._completed(PROC_NULL_DONE)
+        message = recv_message(buf, "Irecv(buf)")
+        if source == PROC_NULL:
+            return Request._completed(PROC_NULL_DONE)
+        return Request._wrap(self._native.irecv(message.view, source, tag), _Kind.RECV_BUF)
+
+    def Sendrecv(
+        self,
+        sendbuf: Any,
+        dest: int,
+        sendtag: int = 0,
+        recvbuf: Any = None,
+        source: int = ANY_SOURCE,
+        recvtag: int = ANY_TAG,
+        status: Status | None = None,
+    ) -> None:
+        """Send ``sendbuf`` to ``dest`` and receive into ``recvbuf`` from ``source``."""
+        outgoing = None
+        if not (dest == PROC_NULL and sendbuf is None):
+            outgoing = send_message(sendbuf, "Sendrecv(sendbuf)")
+        incoming = None
+        if not (source == PROC_NULL and recvbuf is None):
+            incoming = recv_message(recvbuf, "Sendrecv(recvbuf)")
+        if incoming is None or source == PROC_NULL:
+            if outgoing is not None and dest != PROC_NULL:
+                self._native.send(outgoing.view, dest, sendtag)
+            _fill_proc_null(status)
+        elif outgoing is None or dest == PROC_NULL:
+            _fill(status, self._native.recv(incoming.view, source, recvtag))
+        else:
+            native = self._native.sendrecv(
+                outgoing.view, dest, incoming.view, source=source, sendtag=sendtag, recvtag=recvtag
+            )
+            _fill(status, native)
+
+    def Probe(
+        self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None
+    ) -> Literal[True]:
+        """Block until a matching message is pending; fill ``status`` with its envelope."""
+        return self.probe(source, tag, status)
+
+    def Iprobe(
+        self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None
+    ) -> bool:
+        """Return whether a matching message is pending; if so fill ``status``."""
+        return self.iprobe(source, tag, status)
+
+    def Barrier(self) -> None:
+        """Block until every process of the communicator has called it."""
+        self._native.barrier()
+
+
+class Intracomm(Comm):
+    """An intracommunicator; collective operations are methods of this class."""
+
+    __slots__ = ()
+
+
+COMM_NULL = Comm()
+COMM_WORLD = Intracomm._create(_world, "MPI_COMM_WORLD", predefined=True)
+COMM_SELF = Intracomm._create(_SelfResolver(), "MPI_COMM_SELF", predefined=True)

@@ -1,0 +1,248 @@
+"""Predefined MPI datatypes and their mapping to numpy dtypes and buffer formats.
+
+Only the predefined (named, contiguous) datatypes exist; derived datatypes
+(``Create_vector`` and friends) are not supported.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Final
+
+import numpy as np
+
+
+class Datatype:
+    """A predefined MPI datatype: a name, a size in bytes and a numpy dtype."""
+
+    __slots__ = ("_code", "_dtype", "_name", "_size")
+
+    def __init__(self, name: str, code: str, dtype: str) -> None:
+        self._name = name
+        self._code = code
+        self._dtype = np.dtype(dtype)
+        self._size = self._dtype.itemsize
+
+    def __repr__(self) -> str:
+        return f"<MPI.Datatype {self._name}>"
+
+    def Get_size(self) -> int:
+        """Return the size of one element in bytes."""
+        return self._size
+
+    def Get_name(self) -> str:
+        """Return the MPI name, e.g. ``"MPI_DOUBLE"``."""
+        return self._name
+
+    def Get_extent(self) -> tuple[int, int]:
+        """Return ``(lb, extent)``; predefined types have no padding."""
+        return 0, self._size
+
+    @property
+    def size(self) -> int:
+        """Size of one element in bytes."""
+        return self._size
+
+    @property
+    def name(self) -> str:
+        """The MPI name, e.g. ``"MPI_DOUBLE"``."""
+        return self._name
+
+    @property
+    def extent(self) -> int:
+        """Extent in bytes (equal to the size)."""
+        return self._size
+
+    @property
+    def lb(self) -> int:
+        """Lower bound (always 0)."""
+        return 0
+
+    @property
+    def ub(self) -> int:
+        """Upper bound (equal to the size)."""
+        return self._size
+
+    @property
+    def is_predefined(self) -> bool:
+        """Always true: only predefined datatypes exist."""
+        return True
+
+    @property
+    def is_named(self) -> bool:
+        """Always true: only named datatypes exist."""
+        return True
+
+    @property
+    def typechar(self) -> str:
+        """The single-character numpy type code, e.g. ``"d"``."""
+        return self._dtype.char
+
+    @property
+    def typestr(self) -> str:
+        """The numpy array-interface type string, e.g. ``"<f8"``."""
+        return self._dtype.str
+
+    @property
+    def dtype(self) -> np.dtype[np.generic]:
+        """The numpy dtype of one element (a Ringworld extension)."""
+        return self._dtype
+
+    def tocode(self) -> str:
+        """Return the type code mpi4py uses for this datatype, e.g. ``"d"`` or ``"i4"``."""
+        return self._code
+
+    @classmethod
+    def fromcode(cls, code: str) -> Datatype:
+        """Return the predefined datatype for a type code (``"d"``, ``"i4"``, ``"float64"``)."""
+        return from_code(code)
+
+
+def _dt(name: str, code: str, dtype: str | None = None) -> Datatype:
+    return Datatype(name, code, dtype if dtype is not None else code)
+
+
+BYTE: Final = _dt("MPI_BYTE", "B")
+CHAR: Final = _dt("MPI_CHAR", "c", "S1")
+WCHAR: Final = _dt("MPI_WCHAR", "U", "U1")
+SIGNED_CHAR: Final = _dt("MPI_SIGNED_CHAR", "b")
+UNSIGNED_CHAR: Final = _dt("MPI_UNSIGNED_CHAR", "B")
+SHORT: Final = _dt("MPI_SHORT", "h")
+UNSIGNED_SHORT: Final = _dt("MPI_UNSIGNED_SHORT", "H")
+INT: Final = _dt("MPI_INT", "i")
+UNSIGNED: Final = _dt("MPI_UNSIGNED", "I")
+LONG: Final = _dt("MPI_LONG", "l")
+UNSIGNED_LONG: Final = _dt("MPI_UNSIGNED_LONG", "L")
+LONG_LONG: Final = _dt("MPI_LONG_LONG", "q")
+UNSIGNED_LONG_LONG: Final = _dt("MPI_UNSIGNED_LONG_LONG", "Q")
+FLOAT: Final = _dt("MPI_FLOAT", "f")
+DOUBLE: Final = _dt("MPI_DOUBLE", "d")
+LONG_DOUBLE: Final = _dt("MPI_LONG_DOUBLE", "g")
+C_BOOL: Final = _dt("MPI_C_BOOL", "b1", "?")
+INT8_T: Final = _dt("MPI_INT8_T", "i1")
+INT16_T: Final = _dt("MPI_INT16_T", "i2")
+INT32_T: Final = _dt("MPI_INT32_T", "i4")
+INT64_T: Final = _dt("MPI_INT64_T", "i8")
+UINT8_T: Final = _dt("MPI_UINT8_T", "u1")
+UINT16_T: Final = _dt("MPI_UINT16_T", "u2")
+UINT32_T: Final = _dt("MPI_UINT32_T", "u4")
+UINT64_T: Final = _dt("MPI_UINT64_T", "u8")
+C_FLOAT_COMPLEX: Final = _dt("MPI_C_FLOAT_COMPLEX", "F")
+C_DOUBLE_COMPLEX: Final = _dt("MPI_C_DOUBLE_COMPLEX", "D")
+C_LONG_DOUBLE_COMPLEX: Final = _dt("MPI_C_LONG_DOUBLE_COMPLEX", "G")
+COMPLEX: Final = _dt("MPI_COMPLEX", "F")
+DOUBLE_COMPLEX: Final = _dt("MPI_DOUBLE_COMPLEX", "D")
+AINT: Final = _dt("MPI_AINT", "i8")
+OFFSET: Final = _dt("MPI_OFFSET", "i8")
+COUNT: Final = _dt("MPI_COUNT", "i8")
+
+# Aliases, as in MPI and mpi4py.
+BOOL: Final = C_BOOL
+C_COMPLEX: Final = C_FLOAT_COMPLEX
+SIGNED_SHORT: Final = SHORT
+SIGNED_INT: Final = INT
+SIGNED_LONG: Final = LONG
+SIGNED_LONG_LONG: Final = LONG_LONG
+UNSIGNED_INT: Final = UNSIGNED
+LONG_LONG_INT: Final = LONG_LONG
+
+# Type codes (buffer-protocol format characters, numpy characters, mpi4py codes).
+_BY_CODE: Final[dict[str, Datatype]] = {
+    "c": CHAR, "S": CHAR, "s": CHAR, "S1": CHAR,
+    "U": WCHAR, "w": WCHAR, "U1": WCHAR,
+    "b": SIGNED_CHAR, "B": UNSIGNED_CHAR,
+    "h": SHORT, "H": UNSIGNED_SHORT,
+    "i": INT, "I": UNSIGNED,
+    "l": LONG, "L": UNSIGNED_LONG,
+    "q": LONG_LONG, "Q": UNSIGNED_LONG_LONG,
+    "f": FLOAT, "d": DOUBLE, "g": LONG_DOUBLE,
+    "?": C_BOOL, "b1": C_BOOL,
+    "i1": INT8_T, "i2": INT16_T, "i4": INT32_T, "i8": INT64_T,
+    "u1": UINT8_T, "u2": UINT16_T, "u4": UINT32_T, "u8": UINT64_T,
+    "F": C_FLOAT_COMPLEX, "Zf": C_FLOAT_COMPLEX,
+    "D": C_DOUBLE_COMPLEX, "Zd": C_DOUBLE_COMPLEX,
+    "G": C_LONG_DOUBLE_COMPLEX, "Zg": C_LONG_DOUBLE_COMPLEX,
+}  # fmt: skip
+
+_FIXED: Final[dict[tuple[str, int], Datatype]] = {
+    ("i", 1): INT8_T, ("i", 2): INT16_T, ("i", 4): INT32_T, ("i", 8): INT64_T,
+    ("u", 1): UINT8_T, ("u", 2): UINT16_T, ("u", 4): UINT32_T, ("u", 8): UINT64_T,
+    ("f", 4): FLOAT, ("f", 8): DOUBLE, ("f", LONG_DOUBLE.size): LONG_DOUBLE,
+    ("c", 8): C_FLOAT_COMPLEX, ("c", 16): C_DOUBLE_COMPLEX,
+    ("c", C_LONG_DOUBLE_COMPLEX.size): C_LONG_DOUBLE_COMPLEX,
+    ("b", 1): C_BOOL, ("S", 1): CHAR, ("U", 4): WCHAR,
+}  # fmt: skip
+
+_NATIVE_ORDER: Final = "<" if sys.byteorder == "little" else ">"
+
+
+def from_code(code: str) -> Datatype:
+    """Return the predefined datatype for a type code or numpy dtype name.
+
+    Raises:
+        TypeError: no predefined datatype matches ``code``.
+    """
+    found = _BY_CODE.get(code)
+    if found is not None:
+        return found
+    try:
+        dtype = np.dtype(code)
+    except TypeError:
+        raise TypeError(f"no MPI datatype for type code {code!r}") from None
+    return from_numpy_dtype(dtype)
+
+
+def from_numpy_dtype(dtype: np.dtype[np.generic] | str | type) -> Datatype:
+    """Return the predefined datatype for a numpy dtype (native byte order, scalar kinds).
+
+    Raises:
+        TypeError: the dtype has no predefined MPI datatype (float16, structured, object, ...).
+    """
+    dt = np.dtype(dtype)
+    if dt.byteorder not in ("=", "|", _NATIVE_ORDER):
+        raise TypeError(f"no MPI datatype for non-native byte order dtype {dt.str!r}")
+    found = _BY_CODE.get(dt.char) if dt.char not in ("S", "U") else None
+    if found is None:
+        found = _FIXED.get((dt.kind, dt.itemsize))
+    if found is None:
+        raise TypeError(f"no MPI datatype for numpy dtype {dt.name} ({dt.str!r})")
+    return found
+
+
+def to_numpy_dtype(datatype: Datatype) -> np.dtype[np.generic]:
+    """Return the numpy dtype of one element of ``datatype``."""
+    return datatype.dtype
+
+
+def from_buffer_format(fmt: str, itemsize: int) -> Datatype | None:
+    """Return the datatype of a buffer-protocol format string, or None if there is none.
+
+    A repeat count (``"2w"`` from a numpy ``U2`` array) is allowed; the datatype is then the
+    element type and the buffer holds ``itemsize // size`` of them per item.
+    """
+    order = ""
+    if fmt[:1] in ("@", "=", "<", ">", "!"):
+        order, fmt = fmt[0], fmt[1:]
+    body = fmt.lstrip("0123456789")
+    if order in ("", "@"):
+        found = _BY_CODE.get(body)
+        if found is not None and itemsize % found.size == 0:
+            return found
+        return None
+    if order == "!" or (order in ("<", ">") and order != _NATIVE_ORDER):
+        return None
+    # "=" or the native explicit order: standard sizes, so match on kind and item size.
+    kind = {"b": "i", "h": "i", "i": "i", "l": "i", "q": "i", "B": "u", "H": "u", "I": "u",
+            "L": "u", "Q": "u", "e": "f", "f": "f", "d": "f", "?": "b"}.get(body)  # fmt: skip
+    if kind is None:
+        return None
+    return _FIXED.get((kind, itemsize))
+
+
+DATATYPES: Final[tuple[Datatype, ...]] = (
+    BYTE, CHAR, WCHAR, SIGNED_CHAR, UNSIGNED_CHAR, SHORT, UNSIGNED_SHORT, INT, UNSIGNED,
+    LONG, UNSIGNED_LONG, LONG_LONG, UNSIGNED_LONG_LONG, FLOAT, DOUBLE, LONG_DOUBLE, C_BOOL,
+    INT8_T, INT16_T, INT32_T, INT64_T, UINT8_T, UINT16_T, UINT32_T, UINT64_T,
+    C_FLOAT_COMPLEX, C_DOUBLE_COMPLEX, C_LONG_DOUBLE_COMPLEX, COMPLEX, DOUBLE_COMPLEX,
+    AINT, OFFSET, COUNT,
+)  # fmt: skip
