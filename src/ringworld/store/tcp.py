@@ -1,0 +1,779 @@
+"""The authenticated TCP store: a server thread the launcher runs, and a client per rank.
+
+Every connection first passes :func:`ringworld.auth.accept_handshake` (done in a short-lived
+thread with a socket timeout, so a silent or hostile connection cannot stall anyone); only then
+does the server read requests, in one selector thread that serves every client without blocking:
+``get``/``wait`` on a missing key park the request server-side until the key is set or the
+timeout passes.
+
+Wire format (version :data:`VERSION`, all integers little-endian, one request in flight per
+connection)::
+
+    request  = REQUEST(magic u32, version u16, op u16, nkeys u32, value_len u64,
+                       timeout f64 (< 0: forever), amount i64)
+               key_len u32 * nkeys, key bytes (UTF-8) * nkeys, value bytes
+    response = RESPONSE(magic u32, version u16, status u16, value_len u64, amount i64)
+               value bytes   (GET: the value; TIMEOUT: missing keys, "\\n"-joined; ERROR: text)
+
+Every length is checked against :data:`MAX_KEY_BYTES`, :data:`MAX_KEYS_BYTES`,
+:data:`MAX_WAIT_KEYS` and :data:`MAX_VALUE_BYTES` before anything is allocated for it; a frame
+that breaks a bound or the magic closes that connection only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import itertools
+import math
+import selectors
+import socket
+import struct
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from types import TracebackType
+
+from ringworld.auth import accept_handshake, connect_handshake
+from ringworld.errors import AuthenticationError, StoreError, StoreTimeout
+from ringworld.store.base import Store
+from ringworld.store.memory import (
+    check_amount,
+    check_key,
+    check_timeout,
+    check_value,
+    parse_counter,
+    timeout_message,
+)
+
+VERSION = 1
+REQUEST_MAGIC = 0x51535752  # b"RWSQ"
+RESPONSE_MAGIC = 0x50535752  # b"RWSP"
+REQUEST = struct.Struct("<IHHIQdq")
+RESPONSE = struct.Struct("<IHHQq")
+
+OP_SET, OP_GET, OP_ADD, OP_WAIT = 1, 2, 3, 4
+STATUS_OK, STATUS_TIMEOUT, STATUS_ERROR = 0, 1, 2
+_OP_NAMES = {OP_SET: "set", OP_GET: "get", OP_ADD: "add", OP_WAIT: "wait"}
+
+MAX_KEY_BYTES = 4096
+MAX_WAIT_KEYS = 65536
+MAX_KEYS_BYTES = 4 << 20
+MAX_VALUE_BYTES = 64 << 20
+_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
+
+#: seconds an accepted connection gets to complete the authentication handshake.
+HANDSHAKE_TIMEOUT = 5.0
+#: connections that may be authenticating at once; more are closed on arrival.
+MAX_PENDING_HANDSHAKES = 1024
+_IOV_BATCH = 64
+_REQUESTS_PER_WAKEUP = 64
+
+
+class _ProtocolError(Exception):
+    """A client broke the wire protocol; its connection is dropped."""
+
+
+class _Waiter:
+    """A parked ``get``/``wait`` request."""
+
+    __slots__ = ("active", "conn", "deadline", "keys", "missing", "op", "timeout")
+
+    def __init__(
+        self, conn: _Conn, op: int, keys: list[str], missing: set[str], timeout: float,
+    ) -> None:
+        self.conn = conn
+        self.op = op
+        self.keys = keys
+        self.missing = missing
+        self.timeout = timeout
+        self.deadline = time.monotonic() + timeout if timeout >= 0 else math.inf
+        self.active = True
+
+
+class _Conn:
+    """Server-side state of one authenticated connection."""
+
+    __slots__ = (
+        "amount", "buf", "closed", "events", "got", "header", "keys", "lens", "nkeys", "op",
+        "out", "paused", "sock", "stage", "target", "timeout", "value_len", "waiter",
+    )
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.header = bytearray(REQUEST.size)
+        self.closed = False
+        self.events = 0
+        self.out: deque[memoryview] = deque()
+        self.waiter: _Waiter | None = None
+        self.paused = False
+        self.op = self.nkeys = self.value_len = self.amount = 0
+        self.timeout = -1.0
+        self.lens: tuple[int, ...] = ()
+        self.keys: list[str] = []
+        self.stage = 0
+        self.buf = self.header
+        self.target = memoryview(self.header)
+        self.got = 0
+
+    def expect(self, stage: int, buf: bytearray) -> None:
+        """Read ``len(buf)`` bytes into ``buf`` next, then run ``stage``'s check."""
+        self.stage = stage
+        self.buf = buf
+        self.target = memoryview(buf)
+        self.got = 0
+
+
+_HEADER, _LENS, _KEYS, _VALUE = range(4)
+
+
+class TCPStoreServer:
+    """Serve a store to authenticated clients from one daemon thread.
+
+    ``start()`` binds and returns the address; ``close()`` stops the thread and closes every
+    socket. Cost per request: O(key bytes + value bytes) plus one ``sendmsg``; a blocked ``get``
+    or ``wait`` costs nothing until a key it waits for is set or its timeout passes.
+    """
+
+    def __init__(self, secret: bytes, host: str = "127.0.0.1", port: int = 0) -> None:
+        """Prepare (but do not bind) a server. Raises ``ValueError`` for an empty ``secret``."""
+        if not isinstance(secret, bytes | bytearray) or not secret:
+            raise ValueError("the store secret must be non-empty bytes")
+        self._secret = bytes(secret)
+        self._host = host
+        self._port = port
+        self._address: tuple[str, int] | None = None
+        self._lock = threading.Lock()
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        self._handshaking: set[socket.socket] = set()
+        self._handshake_threads: set[threading.Thread] = set()
+        self._ready: list[socket.socket] = []
+        self._data: dict[str, bytes | bytearray] = {}
+        self._waiters: dict[str, list[_Waiter]] = {}
+        self._deadlines: list[tuple[float, int, _Waiter]] = []
+        self._seq = itertools.count()
+        self._conns: set[_Conn] = set()
+        self._sel: selectors.BaseSelector | None = None
+        self._listener: socket.socket | None = None
+        self._wake_r: socket.socket | None = None
+        self._wake_w: socket.socket | None = None
+
+    # ----------------------------------------------------------------- lifecycle (any thread)
+
+    def start(self) -> tuple[str, int]:
+        """Bind, listen and start serving; return ``(host, port)``.
+
+        Raises:
+            StoreError: binding failed (chained from the ``OSError``), or already started/closed.
+        """
+        with self._lock:
+            if self._closed or self._thread is not None:
+                raise StoreError("TCPStoreServer.start() may be called once, before close()")
+            family = socket.AF_INET6 if ":" in self._host else socket.AF_INET
+            try:
+                listener = socket.create_server(
+                    (self._host, self._port), family=family, backlog=4096)
+            except OSError as exc:
+                raise StoreError(
+                    f"cannot listen on {self._host}:{self._port} for the store: {exc}") from exc
+            listener.setblocking(False)
+            self._listener = listener
+            self._wake_r, self._wake_w = socket.socketpair()
+            self._wake_r.setblocking(False)
+            self._wake_w.setblocking(False)
+            self._sel = selectors.DefaultSelector()
+            self._sel.register(listener, selectors.EVENT_READ, "listener")
+            self._sel.register(self._wake_r, selectors.EVENT_READ, "wakeup")
+            host, port = listener.getsockname()[:2]
+            self._address = (str(host), int(port))
+            self._thread = threading.Thread(
+                target=self._serve, name=f"ringworld-store-{port}", daemon=True)
+            self._thread.start()
+            return self._address
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """``(host, port)`` the server listens on. Raises ``RuntimeError`` before ``start()``."""
+        if self._address is None:
+            raise RuntimeError("TCPStoreServer.address is known only after start()")
+        return self._address
+
+    def close(self) -> None:
+        """Stop serving: close every connection and the listener, join the thread; idempotent.
+
+        Clients blocked in a request see the connection close and raise :class:`StoreError`.
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for sock in self._handshaking:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+            self._wake_locked()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+        with self._lock:
+            threads = list(self._handshake_threads)
+        for t in threads:
+            t.join()
+
+    def __enter__(self) -> TCPStoreServer:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _wake_locked(self) -> None:
+        if self._wake_w is not None:
+            # OSError: the pipe is full (a wakeup is pending anyway) or already torn down.
+            with contextlib.suppress(OSError):
+                self._wake_w.send(b"\0")
+
+    # ----------------------------------------------------------------- handshake threads
+
+    def _accept(self) -> None:
+        assert self._listener is not None
+        while True:
+            try:
+                sock, _ = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:  # e.g. out of descriptors: try again on the next wakeup
+                return
+            with self._lock:
+                if self._closed or len(self._handshaking) >= MAX_PENDING_HANDSHAKES:
+                    sock.close()
+                    continue
+                self._handshaking.add(sock)
+                t = threading.Thread(
+                    target=self._handshake, args=(sock,), name="ringworld-store-auth",
+                    daemon=True)
+                self._handshake_threads.add(t)
+            t.start()
+
+    def _handshake(self, sock: socket.socket) -> None:
+        ok = False
+        try:
+            sock.settimeout(HANDSHAKE_TIMEOUT)
+            accept_handshake(sock, self._secret)
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            ok = True
+        except (AuthenticationError, OSError):
+            pass
+        with self._lock:
+            self._handshaking.discard(sock)
+            self._handshake_threads.discard(threading.current_thread())
+            if ok and not self._closed:
+                self._ready.append(sock)
+                self._wake_locked()
+                return
+        sock.close()
+
+    # ----------------------------------------------------------------- the serving thread
+
+    def _serve(self) -> None:
+        sel = self._sel
+        assert sel is not None
+        try:
+            while not self._closed:
+                for key, mask in sel.select(self._select_timeout()):
+                    if key.data == "listener":
+                        self._accept()
+                    elif key.data == "wakeup":
+                        self._adopt()
+                    else:
+                        self._service(key.data, mask)
+                self._expire()
+        finally:
+            self._teardown()
+
+    def _select_timeout(self) -> float | None:
+        while self._deadlines and not self._deadlines[0][2].active:
+            heapq.heappop(self._deadlines)
+        if not self._deadlines:
+            return None
+        return max(0.0, self._deadlines[0][0] - time.monotonic())
+
+    def _adopt(self) -> None:
+        assert self._wake_r is not None
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except (BlockingIOError, InterruptedError):
+            pass
+        with self._lock:
+            ready, self._ready = self._ready, []
+        for sock in ready:
+            conn = _Conn(sock)
+            self._conns.add(conn)
+            self._update(conn)
+
+    def _teardown(self) -> None:
+        with self._lock:
+            self._closed = True
+            ready, self._ready = self._ready, []
+        for sock in ready:
+            sock.close()
+        for conn in list(self._conns):
+            self._drop(conn)
+        if self._sel is not None:
+            self._sel.close()
+        for owned in (self._listener, self._wake_r, self._wake_w):
+            if owned is not None:
+                owned.close()
+
+    def _update(self, conn: _Conn) -> None:
+        """Register ``conn`` for the events it needs now."""
+        assert self._sel is not None
+        events = (0 if conn.paused else selectors.EVENT_READ) | (
+            selectors.EVENT_WRITE if conn.out else 0)
+        if events == conn.events:
+            return
+        if conn.events == 0:
+            self._sel.register(conn.sock, events, conn)
+        elif events == 0:
+            self._sel.unregister(conn.sock)
+        else:
+            self._sel.modify(conn.sock, events, conn)
+        conn.events = events
+
+    def _drop(self, conn: _Conn) -> None:
+        if conn.closed:
+            return
+        conn.closed = True
+        self._conns.discard(conn)
+        waiter = conn.waiter
+        if waiter is not None:
+            waiter.active = False
+            for key in waiter.missing:
+                lst = self._waiters.get(key)
+                if lst is not None:
+                    lst[:] = [w for w in lst if w is not waiter]
+                    if not lst:
+                        del self._waiters[key]
+        if conn.events and self._sel is not None:
+            self._sel.unregister(conn.sock)
+        conn.events = 0
+        conn.out.clear()
+        conn.sock.close()
+
+    def _service(self, conn: _Conn, mask: int) -> None:
+        if conn.closed:
+            return
+        try:
+            if mask & selectors.EVENT_WRITE:
+                self._flush(conn)
+            if mask & selectors.EVENT_READ and not conn.closed:
+                self._read(conn)
+        except (OSError, _ProtocolError):
+            self._drop(conn)
+
+    def _read(self, conn: _Conn) -> None:
+        if conn.waiter is not None:
+            # A request is parked: watch only for the client going away.
+            try:
+                if not conn.sock.recv(1, socket.MSG_PEEK):
+                    raise _ProtocolError("client closed the connection")
+            except (BlockingIOError, InterruptedError):
+                return
+            conn.paused = True
+            self._update(conn)
+            return
+        handled = 0
+        while conn.waiter is None and not conn.closed and handled < _REQUESTS_PER_WAKEUP:
+            if conn.got < len(conn.target):
+                try:
+                    n = conn.sock.recv_into(conn.target[conn.got:])
+                except (BlockingIOError, InterruptedError):
+                    return
+                if n == 0:
+                    raise _ProtocolError("client closed the connection")
+                conn.got += n
+                if conn.got < len(conn.target):
+                    continue
+            handled += self._advance(conn)
+
+    def _advance(self, conn: _Conn) -> int:
+        """The current stage is complete: validate it and move on. Return 1 per request run."""
+        if conn.stage == _HEADER:
+            magic, version, op, nkeys, value_len, timeout, amount = REQUEST.unpack(conn.header)
+            if magic != REQUEST_MAGIC:
+                raise _ProtocolError("bad request magic")
+            if version != VERSION:
+                self._reply(conn, STATUS_ERROR, (
+                    f"store server speaks wire version {VERSION}, client sent {version}"
+                ).encode())
+                raise _ProtocolError("wire version mismatch")
+            if op not in _OP_NAMES:
+                raise _ProtocolError(f"unknown op {op}")
+            if not (1 <= nkeys <= (MAX_WAIT_KEYS if op == OP_WAIT else 1)):
+                raise _ProtocolError(f"bad key count {nkeys}")
+            if value_len > (MAX_VALUE_BYTES if op == OP_SET else 0):
+                raise _ProtocolError(f"bad value length {value_len}")
+            if math.isnan(timeout):
+                raise _ProtocolError("NaN timeout")
+            conn.op, conn.nkeys, conn.value_len = op, nkeys, value_len
+            conn.timeout = -1.0 if timeout < 0 or math.isinf(timeout) else timeout
+            conn.amount = amount
+            conn.expect(_LENS, bytearray(4 * nkeys))
+            return 0
+        if conn.stage == _LENS:
+            lens = struct.unpack(f"<{conn.nkeys}I", conn.target)
+            if max(lens) > MAX_KEY_BYTES or sum(lens) > MAX_KEYS_BYTES:
+                raise _ProtocolError("key too long")
+            conn.lens = lens
+            conn.expect(_KEYS, bytearray(sum(lens)))
+            return 0
+        if conn.stage == _KEYS:
+            raw = bytes(conn.target)
+            keys, pos = [], 0
+            try:
+                for n in conn.lens:
+                    keys.append(raw[pos:pos + n].decode("utf-8"))
+                    pos += n
+            except UnicodeDecodeError:
+                raise _ProtocolError("key is not UTF-8") from None
+            conn.keys = keys
+            conn.expect(_VALUE, bytearray(conn.value_len))
+            return 0
+        value = conn.buf
+        conn.expect(_HEADER, conn.header)
+        self._execute(conn, value)
+        return 1
+
+    # ----------------------------------------------------------------- requests
+
+    def _execute(self, conn: _Conn, value: bytearray) -> None:
+        op, keys = conn.op, conn.keys
+        if op == OP_SET:
+            self._data[keys[0]] = value
+            self._reply(conn, STATUS_OK)
+            self._notify(keys[0])
+        elif op == OP_ADD:
+            try:
+                total = parse_counter(keys[0], self._data.get(keys[0])) + conn.amount
+            except StoreError as exc:
+                self._reply(conn, STATUS_ERROR, str(exc).encode())
+                return
+            if not _I64_MIN <= total <= _I64_MAX:
+                self._reply(conn, STATUS_ERROR,
+                            f"counter {keys[0]!r} would overflow 64 bits".encode())
+                return
+            self._data[keys[0]] = str(total).encode("ascii")
+            self._reply(conn, STATUS_OK, amount=total)
+            self._notify(keys[0])
+        else:
+            missing = {k for k in keys if k not in self._data}
+            if not missing:
+                self._answer(conn, op, keys)
+            elif conn.timeout == 0:
+                self._reply(conn, STATUS_TIMEOUT, "\n".join(sorted(missing)).encode())
+            else:
+                waiter = _Waiter(conn, op, keys, missing, conn.timeout)
+                conn.waiter = waiter
+                for k in missing:
+                    self._waiters.setdefault(k, []).append(waiter)
+                if waiter.deadline != math.inf:
+                    heapq.heappush(self._deadlines, (waiter.deadline, next(self._seq), waiter))
+
+    def _answer(self, conn: _Conn, op: int, keys: list[str]) -> None:
+        if op == OP_GET:
+            self._reply(conn, STATUS_OK, self._data[keys[0]])
+        else:
+            self._reply(conn, STATUS_OK)
+
+    def _notify(self, key: str) -> None:
+        for waiter in self._waiters.pop(key, ()):
+            if not waiter.active:
+                continue
+            waiter.missing.discard(key)
+            if not waiter.missing:
+                self._finish(waiter)
+                self._answer(waiter.conn, waiter.op, waiter.keys)
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        while self._deadlines and self._deadlines[0][0] <= now:
+            _, _, waiter = heapq.heappop(self._deadlines)
+            if not waiter.active:
+                continue
+            for k in waiter.missing:
+                lst = self._waiters.get(k)
+                if lst is not None:
+                    lst[:] = [w for w in lst if w is not waiter]
+                    if not lst:
+                        del self._waiters[k]
+            self._finish(waiter)
+            self._reply(waiter.conn, STATUS_TIMEOUT, "\n".join(sorted(waiter.missing)).encode())
+
+    def _finish(self, waiter: _Waiter) -> None:
+        """Unpark the connection of a completed waiter."""
+        waiter.active = False
+        conn = waiter.conn
+        conn.waiter = None
+        if conn.paused and not conn.closed:
+            conn.paused = False
+            self._update(conn)
+
+    def _reply(
+        self, conn: _Conn, status: int, value: bytes | bytearray = b"", amount: int = 0,
+    ) -> None:
+        if conn.closed:
+            return
+        conn.out.append(memoryview(RESPONSE.pack(
+            RESPONSE_MAGIC, VERSION, status, len(value), amount)))
+        if value:
+            conn.out.append(memoryview(value))
+        self._flush(conn)
+
+    def _flush(self, conn: _Conn) -> None:
+        """Send queued replies without blocking; drop ``conn`` if its socket fails."""
+        out = conn.out
+        try:
+            while out:
+                batch = list(itertools.islice(out, _IOV_BATCH))
+                sent = conn.sock.sendmsg(batch)
+                _consume(out, sent)
+                if sent < sum(len(b) for b in batch):
+                    break  # the socket buffer is full: wait for writability
+        except (BlockingIOError, InterruptedError):
+            pass
+        except OSError:
+            self._drop(conn)
+            return
+        self._update(conn)
+
+
+# --------------------------------------------------------------------- client
+
+
+def _send_all(sock: socket.socket, views: list[memoryview]) -> None:
+    """Send every byte of ``views`` with gathered ``sendmsg`` calls (no joining)."""
+    pending = deque(v for v in views if len(v))
+    while pending:
+        _consume(pending, sock.sendmsg(list(itertools.islice(pending, _IOV_BATCH))))
+
+
+def _consume(pending: deque[memoryview], sent: int) -> None:
+    """Drop the first ``sent`` bytes from the views in ``pending``."""
+    while sent:
+        head = pending[0]
+        if sent >= len(head):
+            sent -= len(head)
+            pending.popleft()
+        else:
+            pending[0] = head[sent:]
+            return
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        k = sock.recv_into(view[got:])
+        if k == 0:
+            raise ConnectionResetError("the store server closed the connection")
+        got += k
+    return bytes(buf)
+
+
+class TCPStore(Store):
+    """A client of :class:`TCPStoreServer`; thread-safe (one request on the wire at a time).
+
+    ``timeout`` bounds connecting (retried until then, since the server may start later), the
+    handshake, and ``set``/``add`` round trips; ``get``/``wait`` wait as long as their own
+    ``timeout`` (``None``: forever) and the server answers when it runs out. Cost: one round trip
+    per call.
+    """
+
+    def __init__(
+        self, host: str, port: int, secret: bytes, timeout: float | None = 30.0,
+    ) -> None:
+        """Connect and authenticate.
+
+        Raises:
+            AuthenticationError: the server does not know ``secret`` (or rejected ours).
+            StoreError: the server could not be reached within ``timeout`` seconds (chained from
+                the last ``OSError``).
+        """
+        self.host = host
+        self.port = port
+        self.timeout = check_timeout(timeout)
+        self._lock = threading.Lock()
+        self._closed = False
+        self._broken: str | None = None
+        self._sock = self._connect(bytes(secret))
+
+    def _connect(self, secret: bytes) -> socket.socket:
+        start = time.monotonic()
+        deadline = None if self.timeout is None else start + self.timeout
+        delay = 0.01
+        while True:
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.001)
+            try:
+                sock = socket.create_connection((self.host, self.port), timeout=left)
+                break
+            except OSError as exc:
+                if deadline is not None and time.monotonic() + delay > deadline:
+                    raise StoreError(
+                        f"cannot reach the store at {self.host}:{self.port} within "
+                        f"{self.timeout:g} s: {exc}") from exc
+                time.sleep(delay)
+                delay = min(delay * 2, 0.25)
+        try:
+            sock.settimeout(None if deadline is None else max(deadline - time.monotonic(), 0.5))
+            connect_handshake(sock, secret)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except AuthenticationError:
+            sock.close()
+            raise
+        except OSError as exc:
+            sock.close()
+            raise StoreError(
+                f"authenticating with the store at {self.host}:{self.port} failed: {exc}"
+            ) from exc
+        return sock
+
+    def _request(
+        self, op: int, keys: Sequence[str], value: bytes, timeout: float | None, amount: int,
+    ) -> tuple[bytes, int]:
+        """Run one request; return ``(value, amount)`` of an OK reply."""
+        encoded = [check_key(k).encode("utf-8") for k in keys]
+        for raw in encoded:
+            if len(raw) > MAX_KEY_BYTES:
+                raise ValueError(
+                    f"store key {raw[:40]!r}... is {len(raw)} bytes; the limit is {MAX_KEY_BYTES}")
+        if len(encoded) > MAX_WAIT_KEYS or sum(map(len, encoded)) > MAX_KEYS_BYTES:
+            raise ValueError(f"too many store keys in one wait ({len(encoded)})")
+        if len(value) > MAX_VALUE_BYTES:
+            raise ValueError(
+                f"store value is {len(value)} bytes; the limit is {MAX_VALUE_BYTES}")
+        if not _I64_MIN <= amount <= _I64_MAX:
+            raise ValueError(f"add amount {amount} does not fit 64 bits")
+        head = b"".join([
+            REQUEST.pack(REQUEST_MAGIC, VERSION, op, len(encoded), len(value),
+                         -1.0 if timeout is None else timeout, amount),
+            struct.pack(f"<{len(encoded)}I", *map(len, encoded)),
+            *encoded,
+        ])
+        if op in (OP_GET, OP_WAIT):
+            io_timeout = None if timeout is None or self.timeout is None else (
+                timeout + self.timeout)
+        else:
+            io_timeout = self.timeout
+        with self._lock:
+            if self._closed:
+                raise StoreError(f"the store client for {self.host}:{self.port} is closed")
+            if self._broken is not None:
+                raise StoreError(
+                    f"the connection to the store at {self.host}:{self.port} broke earlier: "
+                    f"{self._broken}")
+            sock = self._sock
+            try:
+                sock.settimeout(io_timeout)
+                _send_all(sock, [memoryview(head), memoryview(value)])
+                status, data, total = self._read_reply(sock)
+            except TimeoutError as exc:
+                self._broken = f"no reply to {_OP_NAMES[op]} within {io_timeout} s"
+                raise StoreError(
+                    f"the store at {self.host}:{self.port} did not answer {_OP_NAMES[op]} "
+                    f"within {io_timeout} s") from exc
+            except OSError as exc:
+                self._broken = str(exc)
+                if self._closed:
+                    raise StoreError(
+                        f"the store client for {self.host}:{self.port} is closed") from exc
+                raise StoreError(
+                    f"store request {_OP_NAMES[op]} to {self.host}:{self.port} failed: {exc}"
+                ) from exc
+            except BaseException:
+                self._broken = "a request was interrupted"
+                raise
+        if status == STATUS_OK:
+            return data, total
+        if status == STATUS_TIMEOUT:
+            missing = data.decode("utf-8", "replace").split("\n")
+            assert timeout is not None
+            raise StoreTimeout(timeout_message(missing, timeout))
+        raise StoreError(
+            f"store at {self.host}:{self.port}: {data.decode('utf-8', 'replace')}")
+
+    def _read_reply(self, sock: socket.socket) -> tuple[int, bytes, int]:
+        magic, version, status, value_len, total = RESPONSE.unpack(
+            _recv_exact(sock, RESPONSE.size))
+        if magic != RESPONSE_MAGIC:
+            raise ConnectionError("the store sent a reply with a bad magic")
+        if version != VERSION:
+            raise ConnectionError(
+                f"the store speaks wire version {version}, this client {VERSION}")
+        if status not in (STATUS_OK, STATUS_TIMEOUT, STATUS_ERROR):
+            raise ConnectionError(f"the store sent an unknown status {status}")
+        if value_len > MAX_VALUE_BYTES + MAX_KEYS_BYTES:
+            raise ConnectionError(f"the store sent an oversized reply ({value_len} bytes)")
+        return status, _recv_exact(sock, value_len), total
+
+    def set(self, key: str, value: bytes) -> None:
+        """Store ``value`` under ``key`` (at most :data:`MAX_VALUE_BYTES`). One round trip.
+
+        Raises:
+            StoreError: the connection failed or the client is closed.
+            ValueError: ``key`` or ``value`` exceeds the wire bounds.
+        """
+        self._request(OP_SET, [key], check_value(value), None, 0)
+
+    def get(self, key: str, timeout: float | None = None) -> bytes:
+        """Return the value of ``key``; the server parks the request until it is set.
+
+        Raises:
+            StoreTimeout: ``key`` was not set within ``timeout`` seconds.
+            StoreError: the connection failed or the client is closed.
+        """
+        data, _ = self._request(OP_GET, [key], b"", check_timeout(timeout), 0)
+        return data
+
+    def add(self, key: str, amount: int) -> int:
+        """Atomically add ``amount`` to the counter at ``key``; return the new value.
+
+        Raises:
+            StoreError: the connection failed, or ``key`` holds a non-integer value.
+        """
+        _, total = self._request(OP_ADD, [key], b"", None, check_amount(amount))
+        return total
+
+    def wait(self, keys: Sequence[str], timeout: float | None = None) -> None:
+        """Block until every key in ``keys`` is set (one round trip, server-side waiting).
+
+        Raises:
+            StoreTimeout: some key was not set within ``timeout`` seconds (names the missing).
+            StoreError: the connection failed or the client is closed.
+        """
+        keys = list(keys)
+        checked = check_timeout(timeout)
+        if keys:
+            self._request(OP_WAIT, keys, b"", checked, 0)
+
+    def close(self) -> None:
+        """Close the connection; a request blocked in another thread raises StoreError. Idempotent.
+        """
+        self._closed = True
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+        with self._lock:
+            self._sock.close()
+
+    def __enter__(self) -> TCPStore:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

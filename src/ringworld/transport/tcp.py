@@ -1,0 +1,613 @@
+"""The TCP transport: one authenticated, non-blocking stream socket per peer.
+
+Bootstrap (:meth:`TcpTransport.create`): every rank listens on ``(bind, 0)``, publishes
+``tcp/addr/<rank>`` in the store, connects to every lower rank and accepts every higher one.
+Each connection is authenticated with the job secret (:mod:`ringworld.auth`) before anything else
+is read; then the connector sends a :data:`HELLO` (its rank and the world size) which the acceptor
+validates and echoes with its own, so both ends know whom they talk to.
+
+Framing, per message::
+
+    HEADER(magic u16, version u16, flags u32, context u32, tag i64, nbytes u64)  payload bytes
+
+Sending gathers ``[header, *segments]`` into one ``sendmsg``; what the kernel does not take is
+queued per peer as memoryview slices (no copies) and pushed by :meth:`TcpTransport.poll`.
+Receiving runs a per-peer state machine: read a header (validated), hand an :class:`Incoming` to
+the communicator, then receive the payload straight into the buffer it names (``read_into``) or
+into an owned one (``detach``); only then is the next header read. Small messages are read through
+a per-peer staging buffer, so one ``recv`` can pick up many of them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import selectors
+import socket
+import struct
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from typing import NoReturn
+
+from ringworld.auth import accept_handshake, connect_handshake
+from ringworld.errors import (
+    AuthenticationError,
+    BootstrapError,
+    PeerFailure,
+    StoreTimeout,
+    TransportError,
+)
+from ringworld.store.base import Store
+from ringworld.transport.base import (
+    DONE,
+    BufferedIncoming,
+    Deliver,
+    Incoming,
+    OnDone,
+    SendHandle,
+    Transport,
+)
+
+MAGIC = 0x5752  # b"RW"
+VERSION = 1
+HEADER = struct.Struct("<HHIIqQ")
+HELLO_MAGIC = 0x4857  # b"WH"
+HELLO = struct.Struct("<HHII")  # magic, version, rank, world size
+#: sanity bound on one message; a header claiming more is a protocol error.
+MAX_MESSAGE_BYTES = 1 << 40
+#: SO_SNDBUF / SO_RCVBUF requested for every peer socket.
+SOCKET_BUFFER_BYTES = 4 << 20
+#: seconds an accepted bootstrap connection gets to authenticate and say hello.
+HANDSHAKE_TIMEOUT = 10.0
+
+_NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)
+_IOV_MAX = 512
+_STAGE_BYTES = 256 << 10
+_DIRECT_BYTES = 64 << 10  # payload rests at least this big are received straight into place
+_READ_BUDGET = 64 << 20  # bytes read from one peer per poll, so one sender cannot starve others
+_WANT_HEADER, _WANT_PAYLOAD = 0, 1
+
+
+class _Peer:
+    """Connection state of one peer."""
+
+    __slots__ = (
+        "buffered", "failed", "handles", "on_done", "queued", "rank", "rend", "rpos", "sendq",
+        "sent", "sock", "stage", "stage_view", "state", "target", "tpos", "want_write",
+    )
+
+    def __init__(self, rank: int, sock: socket.socket) -> None:
+        self.rank = rank
+        self.sock = sock
+        self.failed: str | None = None
+        # sending: bytes queued / sent through ``sendq`` since the start; handles end offsets
+        self.sendq: deque[memoryview] = deque()
+        self.queued = 0
+        self.sent = 0
+        self.handles: deque[tuple[int, SendHandle]] = deque()
+        self.want_write = False
+        # receiving
+        self.stage = bytearray(_STAGE_BYTES)
+        self.stage_view = memoryview(self.stage)
+        self.rpos = 0
+        self.rend = 0
+        self.state = _WANT_HEADER
+        self.target: memoryview | None = None
+        self.tpos = 0
+        self.on_done: OnDone | None = None
+        self.buffered: BufferedIncoming | None = None
+
+
+class _TcpIncoming(Incoming):
+    """A message whose header has arrived; its payload is still in the peer's stream."""
+
+    __slots__ = ("_decided", "_peer")
+
+    def __init__(
+        self, peer: _Peer, context: int, tag: int, flags: int, nbytes: int,
+    ) -> None:
+        super().__init__(peer.rank, context, tag, flags, nbytes)
+        self._peer = peer
+        self._decided = False
+
+    def _decide(self) -> _Peer:
+        if self._decided:
+            raise RuntimeError("read_into()/detach() may be called once per message")
+        self._decided = True
+        return self._peer
+
+    def read_into(self, dest: memoryview, on_done: OnDone) -> None:
+        """Receive the payload straight into ``dest`` while :meth:`TcpTransport.poll` runs.
+
+        Raises:
+            ValueError: ``dest`` is read-only or shorter than ``nbytes``.
+            RuntimeError: the message was already read or detached.
+        """
+        view = dest if dest.ndim == 1 and dest.format == "B" else dest.cast("B")
+        if view.readonly:
+            raise ValueError("read_into() needs a writable buffer")
+        if len(view) < self.nbytes:
+            raise ValueError(
+                f"read_into() buffer holds {len(view)} bytes, the message has {self.nbytes}")
+        peer = self._decide()
+        peer.target = view[: self.nbytes]
+        peer.tpos = 0
+        peer.on_done = on_done
+        peer.buffered = None
+
+    def detach(self) -> Incoming:
+        """Keep the message: its payload is received into an owned buffer (one copy later).
+
+        Raises:
+            RuntimeError: the message was already read or detached.
+        """
+        peer = self._decide()
+        kept = BufferedIncoming(self.source, self.context, self.tag, self.flags, self.nbytes)
+        peer.target = memoryview(kept.data)
+        peer.tpos = 0
+        peer.on_done = None
+        peer.buffered = kept
+        return kept
+
+
+def _consume(pending: deque[memoryview], sent: int) -> None:
+    """Drop the first ``sent`` bytes from the views in ``pending``."""
+    while sent:
+        head = pending[0]
+        if sent >= len(head):
+            sent -= len(head)
+            pending.popleft()
+        else:
+            pending[0] = head[sent:]
+            return
+
+
+class TcpTransport(Transport):
+    """Messages over one TCP connection per peer; see the module docstring for the protocol.
+
+    Not thread-safe: one thread (the communicator's) drives it. Use :meth:`create` to bootstrap.
+    """
+
+    name = "tcp"
+
+    def __init__(self, rank: int, sockets: Mapping[int, socket.socket]) -> None:
+        """Take over connected, authenticated ``sockets`` (peer rank -> socket).
+
+        Raises:
+            ValueError: ``sockets`` names ``rank`` itself.
+        """
+        if rank in sockets:
+            raise ValueError(f"rank {rank} cannot be its own peer")
+        super().__init__(rank, sorted(sockets))
+        self._sel = selectors.DefaultSelector()
+        self._peers: dict[int, _Peer] = {}
+        self._live: list[_Peer] = []
+        self._closed = False
+        for peer_rank in self.peers:
+            sock = sockets[peer_rank]
+            sock.setblocking(False)
+            if sock.family in (socket.AF_INET, socket.AF_INET6):  # AF_UNIX pairs work too
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            peer = _Peer(peer_rank, sock)
+            self._peers[peer_rank] = peer
+            self._live.append(peer)
+            self._sel.register(sock, selectors.EVENT_READ, peer)
+
+    # ----------------------------------------------------------------- bootstrap
+
+    @classmethod
+    def create(
+        cls, rank: int, size: int, store: Store, secret: bytes, bind: str = "127.0.0.1",
+        timeout: float | None = 60.0,
+    ) -> TcpTransport:
+        """Connect this rank to every other rank of a ``size``-rank world through ``store``.
+
+        Cost: one listener, one store ``set`` plus one ``get`` per lower rank, and per peer one
+        TCP connection with a 3-message authentication handshake and a hello exchange.
+
+        Raises:
+            ValueError: ``rank``/``size``/``secret`` are invalid.
+            AuthenticationError: a lower rank's listener failed authentication.
+            BootstrapError: a peer did not show up (or could not be reached) within ``timeout``.
+            StoreError: the store failed.
+        """
+        if size < 1 or not 0 <= rank < size:
+            raise ValueError(f"rank {rank} is not in a world of size {size}")
+        if not secret:
+            raise ValueError("the job secret must be non-empty bytes")
+        deadline = None if timeout is None else time.monotonic() + timeout
+
+        def left() -> float | None:
+            return None if deadline is None else max(deadline - time.monotonic(), 0.001)
+
+        family = socket.AF_INET6 if ":" in bind else socket.AF_INET
+        listener = socket.socket(family, socket.SOCK_STREAM)
+        socks: dict[int, socket.socket] = {}
+        try:
+            _size_buffers(listener)
+            try:
+                listener.bind((bind, 0))
+                listener.listen(max(size, 128))
+            except OSError as exc:
+                raise BootstrapError(f"rank {rank}: cannot listen on {bind}: {exc}") from exc
+            host, port = listener.getsockname()[:2]
+            if host in ("0.0.0.0", "::"):
+                host = socket.gethostname()
+            store.set(f"tcp/addr/{rank}", f"{host}:{port}".encode())
+            for peer in range(rank):
+                socks[peer] = _connect_peer(rank, size, peer, store, secret, deadline, timeout)
+            _accept_peers(listener, rank, size, secret, socks, left, timeout)
+        except BaseException:
+            for sock in socks.values():
+                sock.close()
+            raise
+        finally:
+            listener.close()
+        return cls(rank, socks)
+
+    # ----------------------------------------------------------------- sending
+
+    def isend(
+        self, dest: int, context: int, tag: int, flags: int, segments: Sequence[memoryview],
+        nbytes: int,
+    ) -> SendHandle:
+        """Send ``[header, *segments]`` to ``dest`` now as far as the socket takes it.
+
+        Returns :data:`DONE` if everything went out at once, else a handle that :meth:`poll`
+        completes. Cost: one ``sendmsg``; leftovers are queued as views, never copied.
+
+        Raises:
+            PeerFailure: ``dest`` failed earlier or its connection breaks now.
+            ValueError: ``dest`` is not a peer, or the envelope/size is out of range.
+            TransportError: the transport is closed.
+        """
+        peer = self._peers.get(dest)
+        if peer is None:
+            raise ValueError(f"dest {dest} is not a peer of rank {self.rank} ({self.peers})")
+        if self._closed:
+            raise TransportError("the TCP transport is closed")
+        if peer.failed is not None:
+            raise PeerFailure(dest, peer.failed)
+        total = 0
+        for seg in segments:
+            total += seg.nbytes
+        if total != nbytes:
+            raise ValueError(f"segments hold {total} bytes but nbytes is {nbytes}")
+        if nbytes > MAX_MESSAGE_BYTES:
+            raise ValueError(f"message of {nbytes} bytes exceeds {MAX_MESSAGE_BYTES}")
+        try:
+            header = HEADER.pack(MAGIC, VERSION, flags, context, tag, nbytes)
+        except struct.error as exc:
+            raise ValueError(
+                f"envelope out of range: context={context} tag={tag} flags={flags}") from exc
+        sent = 0
+        if not peer.sendq and len(segments) < _IOV_MAX:
+            try:
+                sent = peer.sock.sendmsg([header, *segments], (), _NOSIGNAL)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            except OSError as exc:
+                self._fail(peer, f"connection reset while sending ({exc})", exc)
+            if sent == HEADER.size + nbytes:
+                return DONE
+        pending = deque([memoryview(header)])
+        pending.extend(s if s.ndim == 1 and s.format == "B" else s.cast("B") for s in segments)
+        _consume(pending, sent)
+        peer.sendq.extend(pending)
+        peer.queued += HEADER.size + nbytes - sent
+        handle = SendHandle()
+        peer.handles.append((peer.queued, handle))
+        if not peer.want_write:
+            peer.want_write = True
+            self._sel.modify(peer.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, peer)
+        return handle
+
+    def _flush(self, peer: _Peer) -> bool:
+        """Push ``peer``'s queued bytes without blocking; return whether any went out."""
+        q = peer.sendq
+        progressed = False
+        while q:
+            batch = list(itertools.islice(q, _IOV_MAX))
+            offered = sum(len(b) for b in batch)
+            try:
+                sent = peer.sock.sendmsg(batch, (), _NOSIGNAL)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError as exc:
+                self._fail(peer, f"connection reset while sending ({exc})", exc)
+            _consume(q, sent)
+            peer.sent += sent
+            progressed = progressed or sent > 0
+            if sent < offered:
+                break
+        handles = peer.handles
+        while handles and handles[0][0] <= peer.sent:
+            handles.popleft()[1].done = True
+        if not q and peer.want_write:
+            peer.want_write = False
+            self._sel.modify(peer.sock, selectors.EVENT_READ, peer)
+        return progressed
+
+    # ----------------------------------------------------------------- receiving
+
+    def poll(self, deliver: Deliver) -> bool:
+        """Push queued sends and read whatever has arrived, delivering each new message.
+
+        Reads at most :data:`_READ_BUDGET` bytes per peer per call. Return whether anything moved.
+
+        Raises:
+            PeerFailure: a peer closed or reset its connection, or broke the protocol (raised once
+                per peer; :meth:`check_peers` keeps raising it).
+            TransportError: the transport is closed.
+        """
+        if self._closed:
+            raise TransportError("the TCP transport is closed")
+        progressed = False
+        for peer in tuple(self._live):  # deliver callbacks may fail a peer (via isend)
+            if peer.failed is not None:
+                continue
+            if peer.sendq and self._flush(peer):
+                progressed = True
+            if self._receive(peer, deliver):
+                progressed = True
+        return progressed
+
+    def _receive(self, peer: _Peer, deliver: Deliver) -> bool:
+        progressed = False
+        budget = _READ_BUDGET
+        stage = peer.stage_view
+        while True:
+            if peer.state == _WANT_HEADER:
+                if peer.rend - peer.rpos < HEADER.size:
+                    if budget <= 0:
+                        return progressed
+                    n = self._fill(peer)
+                    if n == 0:
+                        return progressed
+                    budget -= n
+                    progressed = True
+                    continue
+                self._start_message(peer, deliver)
+                progressed = True
+            target = peer.target
+            if target is None:
+                raise RuntimeError(
+                    f"a message from rank {peer.rank} was neither read nor detached by deliver")
+            need = len(target) - peer.tpos
+            if need:
+                avail = peer.rend - peer.rpos
+                if avail:
+                    k = min(avail, need)
+                    target[peer.tpos : peer.tpos + k] = stage[peer.rpos : peer.rpos + k]
+                    peer.rpos += k
+                    peer.tpos += k
+                    need -= k
+                if need:
+                    if budget <= 0:
+                        return progressed
+                    if need >= _DIRECT_BYTES:
+                        n = self._recv(peer, target[peer.tpos :])
+                        peer.tpos += n
+                    else:
+                        n = self._fill(peer)
+                    if n == 0:
+                        return progressed
+                    budget -= n
+                    progressed = True
+                    continue
+            self._finish_message(peer)
+
+    def _start_message(self, peer: _Peer, deliver: Deliver) -> None:
+        magic, version, flags, context, tag, nbytes = HEADER.unpack_from(peer.stage, peer.rpos)
+        if magic != MAGIC or version != VERSION:
+            self._fail(peer, f"protocol error: bad frame header (magic {magic:#x}, "
+                             f"version {version}; expected {MAGIC:#x}, {VERSION})")
+        if nbytes > MAX_MESSAGE_BYTES:
+            self._fail(peer, f"protocol error: message of {nbytes} bytes exceeds the bound")
+        peer.rpos += HEADER.size
+        incoming = _TcpIncoming(peer, context, tag, flags, nbytes)
+        peer.state = _WANT_PAYLOAD
+        deliver(incoming)
+        if not incoming._decided:
+            raise RuntimeError(
+                "the deliver callback must call read_into() or detach() on every message")
+
+    def _finish_message(self, peer: _Peer) -> None:
+        peer.state = _WANT_HEADER
+        peer.target = None
+        kept, on_done = peer.buffered, peer.on_done
+        peer.buffered = peer.on_done = None
+        if kept is not None:
+            kept.mark_complete()
+        elif on_done is not None:
+            on_done()
+
+    def _fill(self, peer: _Peer) -> int:
+        """Read into the staging buffer; return the byte count (0: nothing available)."""
+        avail = peer.rend - peer.rpos
+        if peer.rpos:
+            if avail:
+                peer.stage_view[:avail] = bytes(peer.stage_view[peer.rpos : peer.rend])
+            peer.rpos, peer.rend = 0, avail
+        n = self._recv(peer, peer.stage_view[peer.rend :])
+        peer.rend += n
+        return n
+
+    def _recv(self, peer: _Peer, view: memoryview) -> int:
+        """``recv_into`` without blocking; 0 means "nothing now". Raises on EOF/reset."""
+        try:
+            n = peer.sock.recv_into(view)
+        except (BlockingIOError, InterruptedError):
+            return 0
+        except OSError as exc:
+            self._fail(peer, f"connection reset ({exc})", exc)
+        if n == 0:
+            mid = peer.state == _WANT_PAYLOAD or peer.rend > peer.rpos
+            self._fail(peer, "connection closed by the peer"
+                             + (" in the middle of a message" if mid else ""))
+        return n
+
+    # ----------------------------------------------------------------- failures, waiting, close
+
+    def _fail(self, peer: _Peer, detail: str, cause: BaseException | None = None) -> NoReturn:
+        """Mark ``peer`` failed, close its socket and raise :class:`PeerFailure`."""
+        peer.failed = detail
+        if peer in self._live:
+            self._live.remove(peer)
+            self._sel.unregister(peer.sock)
+        peer.sock.close()
+        peer.sendq.clear()
+        raise PeerFailure(peer.rank, detail) from cause
+
+    def check_peers(self) -> None:
+        """Raise :class:`PeerFailure` for the lowest failed peer, if any. Cost: O(peers).
+
+        Raises:
+            TransportError: the transport is closed.
+        """
+        if self._closed:
+            raise TransportError("the TCP transport is closed")
+        for peer in self._peers.values():
+            if peer.failed is not None:
+                raise PeerFailure(peer.rank, peer.failed)
+
+    def wait_event(self, timeout: float) -> None:
+        """Block up to ``timeout`` s until a peer socket is readable (or writable with sends
+        queued). Returns at once if staged bytes already hold a header. Cost: one ``epoll_wait``.
+        """
+        if self._closed:
+            return
+        for peer in self._live:
+            if peer.state == _WANT_HEADER and peer.rend - peer.rpos >= HEADER.size:
+                return
+        self._sel.select(max(timeout, 0.0))
+
+    def close(self) -> None:
+        """Close every peer socket and the selector; idempotent. Queued sends are dropped."""
+        if self._closed:
+            return
+        self._closed = True
+        for peer in self._peers.values():
+            peer.sock.close()
+            peer.sendq.clear()
+        self._live.clear()
+        self._sel.close()
+
+
+# --------------------------------------------------------------------- bootstrap helpers
+
+
+def _size_buffers(sock: socket.socket) -> None:
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER_BYTES)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER_BYTES)
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        k = sock.recv_into(view[got:])
+        if k == 0:
+            raise ConnectionResetError("connection closed during the hello exchange")
+        got += k
+    return bytes(buf)
+
+
+def _check_hello(raw: bytes, size: int) -> int:
+    """Return the rank in a hello, or raise ``ConnectionError`` if it is malformed."""
+    magic, version, rank, peer_size = HELLO.unpack(raw)
+    if magic != HELLO_MAGIC or version != VERSION:
+        raise ConnectionError(f"bad hello (magic {magic:#x}, version {version})")
+    if peer_size != size:
+        raise ConnectionError(f"peer thinks the world has {peer_size} ranks, not {size}")
+    return int(rank)
+
+
+def _connect_peer(
+    rank: int, size: int, peer: int, store: Store, secret: bytes, deadline: float | None,
+    timeout: float | None,
+) -> socket.socket:
+    """Look ``peer`` up in the store, connect (retrying until ``deadline``), authenticate."""
+
+    def left() -> float | None:
+        return None if deadline is None else max(deadline - time.monotonic(), 0.001)
+
+    try:
+        raw = store.get(f"tcp/addr/{peer}", left())
+    except StoreTimeout as exc:
+        raise BootstrapError(
+            f"rank {rank}: rank {peer} did not publish its TCP address within {timeout} s"
+        ) from exc
+    host, _, port_text = raw.decode().rpartition(":")
+    port = int(port_text)
+    delay = 0.01
+    while True:
+        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+        try:
+            _size_buffers(sock)
+            sock.settimeout(left())
+            sock.connect((host, port))
+            break
+        except OSError as exc:
+            sock.close()
+            if deadline is not None and time.monotonic() + delay > deadline:
+                raise BootstrapError(
+                    f"rank {rank}: cannot connect to rank {peer} at {host}:{port} within "
+                    f"{timeout} s: {exc}") from exc
+            time.sleep(delay)
+            delay = min(2 * delay, 0.25)
+    try:
+        sock.settimeout(left())
+        try:
+            connect_handshake(sock, secret)
+        except AuthenticationError as exc:
+            raise AuthenticationError(f"rank {rank} -> rank {peer}: {exc}") from exc
+        sock.sendall(HELLO.pack(HELLO_MAGIC, VERSION, rank, size))
+        answer = _check_hello(_recv_exact(sock, HELLO.size), size)
+        if answer != peer:
+            raise ConnectionError(f"the listener at {host}:{port} is rank {answer}")
+    except OSError as exc:
+        sock.close()
+        raise BootstrapError(
+            f"rank {rank}: connecting to rank {peer} at {host}:{port} failed: {exc}") from exc
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _accept_peers(
+    listener: socket.socket, rank: int, size: int, secret: bytes,
+    socks: dict[int, socket.socket], left: Callable[[], float | None], timeout: float | None,
+) -> None:
+    """Accept one authenticated connection from every higher rank into ``socks``.
+
+    Connections that fail authentication, say a bad hello, or repeat a rank are closed and
+    ignored (their reasons end up in the timeout error).
+    """
+    expected = set(range(rank + 1, size))
+    rejected: list[str] = []
+    while expected:
+        listener.settimeout(left())
+        try:
+            conn, addr = listener.accept()
+        except TimeoutError:
+            why = f"; rejected: {'; '.join(rejected[-5:])}" if rejected else ""
+            raise BootstrapError(
+                f"rank {rank}: ranks {sorted(expected)} did not connect within {timeout} s{why}"
+            ) from None
+        try:
+            budget = left()
+            conn.settimeout(HANDSHAKE_TIMEOUT if budget is None else min(budget, HANDSHAKE_TIMEOUT))
+            accept_handshake(conn, secret)
+            peer = _check_hello(_recv_exact(conn, HELLO.size), size)
+            if peer not in expected:
+                raise ConnectionError(f"unexpected or duplicate rank {peer}")
+            conn.sendall(HELLO.pack(HELLO_MAGIC, VERSION, rank, size))
+        except (AuthenticationError, OSError) as exc:
+            rejected.append(f"{addr}: {exc}")
+            conn.close()
+            continue
+        socks[peer] = conn
+        expected.discard(peer)
