@@ -1,0 +1,302 @@
+"""The ``ringworld`` command line.
+
+Subcommands::
+
+    ringworld run [-n N] [options] PROGRAM [ARGS...]   start N ranks of a program
+    ringworld run [-n N] [options] -m MODULE [ARGS...]
+    ringworld run [-n N] [options] -c CODE [ARGS...]
+    ringworld bench ...                                 when ringworld.bench.cli is present
+
+Other subcommands plug in as modules listed in :data:`SUBCOMMAND_MODULES`. Each provides
+``add_parser(subparsers)``, which adds its parser to the ``argparse`` subparsers object and sets
+``func`` with ``set_defaults(func=handler)``; ``handler(args: argparse.Namespace) -> int`` returns
+the exit status. They are imported only when needed (not for ``ringworld run``, which must start
+fast), and skipped if absent.
+
+This module imports nothing heavy (no numpy): the launcher's start-up is part of every job's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import errno
+import importlib
+import math
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ringworld.config import TRANSPORTS
+from ringworld.errors import StoreError
+from ringworld.launch.job import (
+    JobStore,
+    new_job_id,
+    new_secret,
+    rank_env,
+    remove_shm_segments,
+)
+from ringworld.launch.procset import ProcessSet
+from ringworld.launch.report import failure_report, job_exit_code
+
+#: Modules that add subcommands (see the module docstring for the protocol).
+SUBCOMMAND_MODULES = ("ringworld.bench.cli",)
+
+_DESCRIPTION = "Ringworld: MPI-style communication for Python processes."
+_RUN_DESCRIPTION = """\
+Start N ranks of a program, like mpiexec. Each rank gets the job environment
+(RINGWORLD_RANK, RINGWORLD_SIZE, RINGWORLD_STORE, RINGWORLD_JOB_ID, RINGWORLD_SECRET_FD, ...) and
+finds the others through an authenticated store served by this launcher; the job secret travels
+through an inherited pipe, never argv or the environment.
+
+PROGRAM is any executable, or a .py file (run with this Python). Like python itself, -m MODULE and
+-c CODE run this Python with that module or code; everything after PROGRAM, MODULE or CODE is
+passed to the ranks unchanged.
+
+Output of every rank is forwarded line by line; stdin goes to rank 0 only (the others read
+/dev/null). Python ranks run unbuffered (PYTHONUNBUFFERED=1) unless the environment says
+otherwise. If a rank fails, the others are stopped (SIGTERM, then SIGKILL after --grace seconds)
+and a report names the rank that failed first, how, and its last stderr lines. Ctrl-C, SIGTERM and
+SIGHUP are forwarded to every rank.
+
+exit status: that of the first rank to fail (128+N if killed by signal N), 128+N if the launcher
+was stopped by signal N (130 for Ctrl-C), 127/126 if PROGRAM cannot be found/executed,
+0 otherwise.
+"""
+_RUN_EPILOG = """\
+examples:
+  ringworld run -n 4 python examples/hello.py
+  ringworld run -n 2 --transport tcp examples/p2p.py
+  ringworld run -n 8 --tag-output -m mypackage.train --epochs 3
+  ringworld run -n 2 -c "import ringworld; print(ringworld.init().rank)"
+"""
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Shows ``-m MODULE [ARGS...]`` instead of argparse's ``-m ...`` for remainder options."""
+
+    def _format_args(self, action: argparse.Action, default_metavar: str) -> str:
+        if action.nargs == argparse.REMAINDER and isinstance(action.metavar, str):
+            return action.metavar
+        return super()._format_args(action, default_metavar)
+
+
+class _UsageError(Exception):
+    """A command line that parsed but makes no sense."""
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+def _seconds(allow_zero: bool) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+        if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+            bound = "at least 0" if allow_zero else "positive"
+            raise argparse.ArgumentTypeError(f"{text} seconds must be {bound}")
+        return value
+
+    return parse
+
+
+class _VersionAction(argparse.Action):
+    """Prints the installed version; looked up only when asked for."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="show the version and exit")
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            text = version("ringworld")
+        except PackageNotFoundError:
+            text = "unknown"
+        print(f"ringworld {text}")
+        parser.exit(0)
+
+
+def _add_run_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "run",
+        help="start N ranks of a program (like mpiexec)",
+        description=_RUN_DESCRIPTION,
+        epilog=_RUN_EPILOG,
+        formatter_class=_HelpFormatter,
+        usage="ringworld run [options] (PROGRAM | -m MODULE | -c CODE) [ARGS...]",
+    )
+    p.add_argument("-n", "--np", type=_positive_int, default=1, metavar="N",
+                   help="number of ranks (default: 1)")
+    p.add_argument("--tag-output", action="store_true",
+                   help="prefix every forwarded stdout and stderr line with '[rank] '")
+    p.add_argument("--transport", choices=TRANSPORTS, default=None,
+                   help="transport between ranks: sets RINGWORLD_TRANSPORT "
+                        "(default: inherited, else auto)")
+    p.add_argument("--timeout", type=_seconds(False), default=None, metavar="SECONDS",
+                   help="default timeout of blocking calls in the ranks: sets RINGWORLD_TIMEOUT")
+    p.add_argument("--bind", default=None, metavar="ADDR",
+                   help="address the job store (and TCP transport) listens on "
+                        "(default: 127.0.0.1)")
+    p.add_argument("--grace", type=_seconds(True), default=1.0, metavar="SECONDS",
+                   help="when stopping ranks, wait this long after SIGTERM/SIGINT before "
+                        "SIGKILL (default: 1)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("-m", dest="module", nargs=argparse.REMAINDER, metavar="MODULE [ARGS...]",
+                   help="run library module MODULE as a script (python -m MODULE)")
+    g.add_argument("-c", dest="code", nargs=argparse.REMAINDER, metavar="CODE [ARGS...]",
+                   help="run the Python statements CODE (python -c CODE)")
+    p.add_argument("program", nargs=argparse.REMAINDER, metavar="PROGRAM [ARGS...]",
+                   help="executable or .py file to run, with its arguments")
+    p.set_defaults(func=run_command)
+
+
+def build_parser(load_subcommands: bool = True) -> argparse.ArgumentParser:
+    """The ``ringworld`` parser; ``load_subcommands`` also imports the optional subcommand modules.
+
+    Raises:
+        ImportError: a subcommand module exists but fails to import (a bug worth seeing).
+    """
+    parser = argparse.ArgumentParser(prog="ringworld", description=_DESCRIPTION)
+    parser.add_argument("--version", action=_VersionAction)
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
+    _add_run_parser(subparsers)
+    if load_subcommands:
+        for name in SUBCOMMAND_MODULES:
+            try:
+                module = importlib.import_module(name)
+            except ModuleNotFoundError as exc:
+                if exc.name is not None and (name + ".").startswith(exc.name + "."):
+                    continue  # the module (or its package) is absent: no such subcommand
+                raise
+            module.add_parser(subparsers)
+    return parser
+
+
+def program_argv(args: argparse.Namespace) -> list[str]:
+    """The command each rank runs, from the parsed ``run`` arguments.
+
+    Raises:
+        _UsageError: no program given, or ``-m``/``-c`` without its operand.
+    """
+    if args.module is not None:
+        if not args.module:
+            raise _UsageError("-m needs a MODULE")
+        return [sys.executable, "-m", *args.module]
+    if args.code is not None:
+        if not args.code:
+            raise _UsageError("-c needs CODE")
+        return [sys.executable, "-c", *args.code]
+    program = list(args.program)
+    if program and program[0] == "--":
+        program.pop(0)
+    if not program:
+        raise _UsageError("missing PROGRAM (or -m MODULE / -c CODE)")
+    if program[0].endswith(".py"):
+        return [sys.executable, *program]
+    return program
+
+
+def _secret_fd(secret: bytes) -> int:
+    """A pipe's read end holding the hex secret and a newline (the write end is closed)."""
+    r, w = os.pipe()
+    try:
+        os.write(w, secret.hex().encode() + b"\n")  # 65 bytes: never blocks
+    finally:
+        os.close(w)
+    return r
+
+
+def _spawn_error_status(exc: OSError) -> int:
+    """The shell's convention: 127 not found, 126 found but not executable, else 1."""
+    if isinstance(exc, FileNotFoundError):
+        return 127
+    if isinstance(exc, PermissionError | IsADirectoryError) or exc.errno == errno.ENOEXEC:
+        return 126
+    return 1
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Run a job as described by the parsed ``run`` arguments; return the launcher's exit status.
+
+    Raises:
+        _UsageError: the arguments do not name a program.
+    """
+    argv = program_argv(args)
+    size: int = args.np
+    bind: str = args.bind or "127.0.0.1"
+    job_id = new_job_id()
+    secret = new_secret()
+    base = dict(os.environ)
+    base.setdefault("PYTHONUNBUFFERED", "1")
+    if args.bind is not None:
+        base["RINGWORLD_BIND"] = args.bind
+    with contextlib.ExitStack() as stack:  # unwinds: ranks killed, shm cleaned, store closed
+        try:
+            store = stack.enter_context(JobStore(secret, bind))
+        except (OSError, StoreError) as exc:
+            print(f"ringworld: cannot serve the job store on {bind}: {exc}", file=sys.stderr)
+            return 1
+        stack.callback(remove_shm_segments, job_id)
+        ps = stack.enter_context(ProcessSet(tag_output=args.tag_output, grace=args.grace))
+        for rank in range(size):
+            if ps.interrupted_by is not None:
+                break
+            env = rank_env(base, rank=rank, size=size, store=store.address, job_id=job_id,
+                           transport=args.transport, timeout=args.timeout)
+            fd = _secret_fd(secret)
+            env["RINGWORLD_SECRET_FD"] = str(fd)
+            try:
+                ps.spawn(rank, argv, env, pass_fds=(fd,), inherit_stdin=rank == 0)
+            except OSError as exc:
+                print(f"ringworld: cannot run {argv[0]!r}: {exc.strerror or exc}",
+                      file=sys.stderr)
+                return _spawn_error_status(exc)
+            finally:
+                os.close(fd)
+        result = ps.wait()
+    report = failure_report(result, job_id, size)
+    if report:
+        sys.stderr.write(report)
+        sys.stderr.flush()
+    return job_exit_code(result)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``ringworld`` and ``python -m ringworld``; returns the exit status."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    # `run` must start fast: other subcommands are loaded only when they may be wanted.
+    parser = build_parser(load_subcommands=not args_list or args_list[0] != "run")
+    try:
+        args = parser.parse_args(args_list)
+        func: Callable[[argparse.Namespace], int] | None = getattr(args, "func", None)
+        if func is None:
+            parser.print_help(sys.stderr)
+            return 2
+        try:
+            return func(args)
+        except _UsageError as exc:
+            print(f"ringworld {args.command}: error: {exc}", file=sys.stderr)
+            print(f"try 'ringworld {args.command} --help'", file=sys.stderr)
+            return 2
+    except SystemExit as exc:  # argparse: --help, --version, usage errors
+        code = exc.code
+        return code if isinstance(code, int) else (0 if code is None else 1)
+    except KeyboardInterrupt:
+        return 130

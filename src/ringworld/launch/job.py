@@ -1,0 +1,122 @@
+"""What one job needs besides its processes: an id, a secret, the store, and cleanup afterwards.
+
+Shared by ``ringworld run`` and :func:`ringworld.testing.run_processes`, so both give ranks the same
+environment (see ``docs/architecture.md``, "Rank start-up contract").
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+from collections.abc import Mapping
+from types import TracebackType
+
+SHM_DIR = "/dev/shm"
+SHM_PREFIX = "ringworld-"
+
+#: Variables of the start-up contract; inherited values are replaced, never mixed in.
+CONTRACT_VARS = (
+    "RINGWORLD_RANK",
+    "RINGWORLD_SIZE",
+    "RINGWORLD_STORE",
+    "RINGWORLD_JOB_ID",
+    "RINGWORLD_SECRET_FD",
+    "RINGWORLD_SECRET",
+)
+
+_JOB_ID = re.compile(r"[A-Za-z0-9_.]+")
+_WILDCARDS = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}
+
+
+def new_job_id() -> str:
+    """A short random hex id (8 characters), unique enough for concurrent jobs on one host."""
+    return secrets.token_hex(4)
+
+
+def new_secret() -> bytes:
+    """A fresh 32-byte job secret."""
+    return secrets.token_bytes(32)
+
+
+def remove_shm_segments(job_id: str, shm_dir: str = SHM_DIR) -> list[str]:
+    """Unlink every ``<shm_dir>/ringworld-<job_id>-*`` file; return the names removed.
+
+    Raises:
+        ValueError: ``job_id`` is empty or has characters other than letters, digits, ``_.``.
+    Cost: one directory listing.
+    """
+    if not _JOB_ID.fullmatch(job_id):
+        raise ValueError(f"job_id={job_id!r} must be letters, digits, '_' or '.' (at least one)")
+    prefix = f"{SHM_PREFIX}{job_id}-"
+    try:
+        names = os.listdir(shm_dir)
+    except OSError:
+        return []
+    removed = []
+    for name in names:
+        if name.startswith(prefix):
+            try:
+                os.unlink(os.path.join(shm_dir, name))
+            except OSError:
+                continue
+            removed.append(name)
+    return removed
+
+
+class JobStore:
+    """The job's authenticated TCP store, served from a daemon thread of this process.
+
+    Use as a context manager; ``address`` is the ``host:port`` ranks connect to (a wildcard bind
+    address is replaced by loopback).
+
+    Raises (on enter):
+        StoreError: the address cannot be listened on (``OSError`` for a name that won't resolve).
+    """
+
+    def __init__(self, secret: bytes, bind: str = "127.0.0.1") -> None:
+        from ringworld.store.tcp import TCPStoreServer
+
+        self._server = TCPStoreServer(secret, host=bind, port=0)
+        self.address = ""
+
+    def __enter__(self) -> JobStore:
+        host, port = self._server.start()
+        host = _WILDCARDS.get(host, host)
+        self.address = f"{host}:{port}"
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._server.close()
+
+
+def rank_env(
+    base: Mapping[str, str],
+    *,
+    rank: int,
+    size: int,
+    store: str,
+    job_id: str,
+    transport: str | None = None,
+    timeout: float | None = None,
+) -> dict[str, str]:
+    """The environment of one rank: ``base`` without inherited contract variables, plus this job's.
+
+    The secret is not included; the caller adds ``RINGWORLD_SECRET_FD`` (launcher) or
+    ``RINGWORLD_SECRET`` (forked test ranks). ``transport``/``timeout`` of ``None`` keep ``base``'s.
+    """
+    env = {k: v for k, v in base.items() if k not in CONTRACT_VARS}
+    env["RINGWORLD_RANK"] = str(rank)
+    env["RINGWORLD_SIZE"] = str(size)
+    env["RINGWORLD_STORE"] = store
+    env["RINGWORLD_JOB_ID"] = job_id
+    if transport is not None:
+        env["RINGWORLD_TRANSPORT"] = transport
+    if timeout is not None:
+        env["RINGWORLD_TIMEOUT"] = repr(float(timeout))
+    return env

@@ -1,0 +1,527 @@
+"""The ranks of one job as a set of processes: spawn, forward output, watch, stop.
+
+One thread does everything: a selector waits on every rank's stdout/stderr pipe plus a wakeup pipe
+written by signal handlers (``SIGCHLD`` for exits; ``SIGINT``/``SIGTERM``/``SIGHUP`` to stop).
+
+* Output is forwarded whole lines at a time, so lines of different ranks never interleave; a final
+  line without a newline is flushed at exit. The last lines of each stderr are kept for reports.
+* Each rank leads its own session and process group and gets ``PR_SET_PDEATHSIG=SIGKILL``. When a
+  rank exits, its process group is killed *before* it is reaped (the zombie pins the group id, so a
+  recycled id can never be hit); leftover grandchildren go with it.
+* The first rank to fail (non-zero exit or a signal) that the launcher had not signalled is the
+  root cause: the rest get ``SIGTERM``, then ``SIGKILL`` after the grace period. A rank whose
+  stderr ends in a ``PeerFailure``/``CommBroken`` failed because of another rank, which may not
+  have been reaped yet; it is blamed only if no other failure shows up within a second.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import FrameType
+from typing import BinaryIO, TextIO
+
+from ringworld.launch._proc import (
+    describe_returncode,
+    exit_code,
+    kill_group,
+    prepare_parent_death_signal,
+    set_parent_death_signal,
+)
+
+#: Signals that stop the job; they are forwarded to every rank.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+#: A line longer than this is forwarded in pieces rather than buffered whole.
+MAX_LINE_BYTES = 1 << 16
+#: Stderr lines kept for a report are cut to this length.
+MAX_TAIL_LINE_BYTES = 4096
+#: How long to keep reading pipes still held open by stray processes after every rank exited.
+DRAIN_SECONDS = 1.0
+_READ_BYTES = 1 << 16
+_POLL_SECONDS = 0.5
+_POLL_SECONDS_NO_SIGNALS = 0.02
+#: How long a failure caused by a peer's (``PeerFailure``) waits for that peer's own exit before
+#: it is blamed itself.
+SECONDARY_WAIT_SECONDS = 1.0
+#: Exception names whose presence marks a rank's failure as a consequence of another's.
+_SECONDARY_MARKERS = (b"ringworld.errors.PeerFailure", b"ringworld.errors.CommBroken")
+
+
+@dataclass(frozen=True, slots=True)
+class RankExit:
+    """How one rank ended.
+
+    Attributes:
+        rank: the rank.
+        pid: its process id.
+        returncode: ``Popen`` style: the exit code, or minus the signal number.
+        stopped: the launcher had signalled it before it exited (so it is not a root cause).
+    """
+
+    rank: int
+    pid: int
+    returncode: int
+    stopped: bool
+
+    @property
+    def failed(self) -> bool:
+        """Whether it exited non-zero or was killed by a signal."""
+        return self.returncode != 0
+
+    @property
+    def exit_code(self) -> int:
+        """The shell-style exit status (128 + signal number for signals)."""
+        return exit_code(self.returncode)
+
+    def describe(self) -> str:
+        """``exited with code 3`` or ``killed by SIGKILL``."""
+        return describe_returncode(self.returncode)
+
+
+@dataclass(frozen=True, slots=True)
+class JobResult:
+    """The outcome of a job.
+
+    Attributes:
+        exits: how each rank ended, in rank order (ranks never started are absent).
+        root_cause: the first rank that failed on its own, if any.
+        interrupted_by: the signal that stopped the launcher, if one did.
+        stderr_tails: the last lines of each rank's stderr (decoded, newline stripped).
+    """
+
+    exits: tuple[RankExit, ...]
+    root_cause: RankExit | None
+    interrupted_by: int | None
+    stderr_tails: Mapping[int, tuple[str, ...]]
+
+
+class _Sink:
+    """A destination for forwarded output that survives its reader going away."""
+
+    def __init__(self, stream: BinaryIO | TextIO) -> None:
+        self._stream = stream
+        self._write: Callable[[bytes], object]
+        if isinstance(stream, io.TextIOBase):
+            text = stream
+            self._write = lambda data: text.write(data.decode(errors="replace"))
+        else:
+            self._write = stream.write  # type: ignore[assignment]
+        self._broken = False
+        self._dirty = False
+
+    def write(self, data: bytes) -> None:
+        if self._broken or not data:
+            return
+        try:
+            self._write(data)
+            self._dirty = True
+        except (BrokenPipeError, ValueError):  # reader gone, or stream closed
+            self._broken = True
+
+    def flush(self) -> None:
+        if self._dirty and not self._broken:
+            self._dirty = False
+            try:
+                self._stream.flush()
+            except (BrokenPipeError, ValueError):
+                self._broken = True
+
+
+class _Pipe:
+    """One rank's stdout or stderr: splits it into lines, forwards them, keeps a tail."""
+
+    __slots__ = ("_at_line_start", "_partial", "_prefix", "_sink", "_tail", "fd", "rank")
+
+    def __init__(
+        self, fd: int, rank: int, sink: _Sink, prefix: bytes, tail: deque[bytes] | None
+    ) -> None:
+        self.fd = fd
+        self.rank = rank
+        self._sink = sink
+        self._prefix = prefix
+        self._tail = tail
+        self._partial = b""
+        self._at_line_start = True
+
+    def feed(self, data: bytes) -> None:
+        buf = self._partial + data
+        end = buf.rfind(b"\n") + 1
+        if end == 0 and len(buf) <= MAX_LINE_BYTES:
+            self._partial = buf
+            return
+        if end == 0:
+            end = len(buf)
+        self._partial = buf[end:]
+        self._emit(buf[:end])
+
+    def finish(self) -> None:
+        """Flush a last line that has no newline (tagged output gets one, to keep tags first)."""
+        rest, self._partial = self._partial, b""
+        if self._prefix and (rest or not self._at_line_start):
+            self._emit(rest + b"\n")
+        elif rest:
+            self._emit(rest)
+
+    def _emit(self, chunk: bytes) -> None:
+        lines = chunk.split(b"\n")  # the last item is what follows the last newline
+        if self._tail is not None:
+            kept = [line[:MAX_TAIL_LINE_BYTES] for line in lines[:-1]]
+            if lines[-1]:
+                kept.append(lines[-1][:MAX_TAIL_LINE_BYTES])
+            if kept and not self._at_line_start and self._tail:
+                self._tail[-1] = (self._tail[-1] + kept.pop(0))[:MAX_TAIL_LINE_BYTES]
+            self._tail.extend(kept)
+        if not self._prefix:
+            self._sink.write(chunk)
+        else:
+            out = bytearray()
+            for i, line in enumerate(lines):
+                last = i == len(lines) - 1
+                if last and not line:
+                    break
+                if self._at_line_start:
+                    out += self._prefix
+                out += line
+                if not last:
+                    out += b"\n"
+                self._at_line_start = not last
+            self._sink.write(bytes(out))
+        self._at_line_start = chunk.endswith(b"\n")
+
+
+@dataclass(slots=True)
+class _Rank:
+    rank: int
+    popen: subprocess.Popen[bytes]
+    stopped: bool = False
+
+
+def _is_secondary(tail: deque[bytes]) -> bool:
+    return any(line.startswith(_SECONDARY_MARKERS) for line in tail)
+
+
+class ProcessSet:
+    """Runs the ranks of one job; use as a context manager around :meth:`spawn` and :meth:`wait`.
+
+    Entering installs handlers for ``SIGCHLD`` and :data:`STOP_SIGNALS` (main thread only; elsewhere
+    exits are polled); leaving restores them and kills whatever is still running.
+    """
+
+    def __init__(
+        self,
+        *,
+        tag_output: bool = False,
+        grace: float = 1.0,
+        tail_lines: int = 20,
+        stdout: BinaryIO | TextIO | None = None,
+        stderr: BinaryIO | TextIO | None = None,
+    ) -> None:
+        if grace < 0:
+            raise ValueError(f"grace={grace!r} must be >= 0")
+        self._tag_output = tag_output
+        self._grace = grace
+        self._tail_lines = tail_lines
+        self._out = _Sink(stdout if stdout is not None else _binary(sys.stdout))
+        self._err = _Sink(stderr if stderr is not None else _binary(sys.stderr))
+        self._sel = selectors.DefaultSelector()
+        self._live: dict[int, _Rank] = {}
+        self._pipes: dict[int, _Pipe] = {}
+        self._tails: dict[int, deque[bytes]] = {}
+        self._exits: dict[int, RankExit] = {}
+        self._root: RankExit | None = None
+        self._suspect: RankExit | None = None
+        self._suspect_until: float | None = None
+        self._interrupt: int | None = None
+        self._pending: list[int] = []
+        self._child_exited = True  # whether a rank may have exited since the last look
+        self._kill_at: float | None = None
+        self._wakeup: tuple[int, int] | None = None
+        self._saved: list[tuple[int, signal._HANDLER]] = []
+        self._saved_wakeup = -1
+        self._pid = os.getpid()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def __enter__(self) -> ProcessSet:
+        prepare_parent_death_signal()
+        self._install_signals()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def interrupted_by(self) -> int | None:
+        """The stop signal the launcher received, if any (checked between spawns)."""
+        self._handle_signals()
+        return self._interrupt
+
+    def spawn(
+        self,
+        rank: int,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        *,
+        pass_fds: Sequence[int] = (),
+        inherit_stdin: bool = False,
+    ) -> int:
+        """Start ``argv`` as ``rank``; stdin is the launcher's if ``inherit_stdin`` else /dev/null.
+
+        Returns the pid. Raises ``OSError`` (e.g. ``FileNotFoundError``) if it cannot be started.
+        Cost: one fork+exec.
+        """
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        parent = self._pid
+        try:
+            popen = subprocess.Popen(
+                list(argv),
+                env=dict(env),
+                stdin=None if inherit_stdin else subprocess.DEVNULL,
+                stdout=out_w,
+                stderr=err_w,
+                pass_fds=tuple(pass_fds),
+                start_new_session=True,
+                # Safe with the store's thread: it only calls a preloaded prctl and getppid.
+                preexec_fn=lambda: set_parent_death_signal(signal.SIGKILL, parent),  # noqa: PLW1509
+            )
+        except BaseException:
+            for fd in (out_r, out_w, err_r, err_w):
+                os.close(fd)
+            raise
+        os.close(out_w)
+        os.close(err_w)
+        self._live[rank] = _Rank(rank, popen)
+        tail: deque[bytes] = deque(maxlen=self._tail_lines)
+        self._tails[rank] = tail
+        prefix = f"[{rank}] ".encode() if self._tag_output else b""
+        for fd, sink, keep in ((out_r, self._out, None), (err_r, self._err, tail)):
+            os.set_blocking(fd, False)
+            self._pipes[fd] = _Pipe(fd, rank, sink, prefix, keep)
+            self._sel.register(fd, selectors.EVENT_READ)
+        if self._interrupt is not None:  # a stop signal arrived earlier: this rank stops too
+            self._signal_rank(self._live[rank], self._interrupt)
+        return popen.pid
+
+    def wait(self) -> JobResult:
+        """Forward output until every rank has exited; stop the job on the first failure.
+
+        Cost: one wakeup per output chunk, exit or signal (no busy polling with signal handlers).
+        """
+        drain_until: float | None = None
+        while True:
+            self._handle_signals()
+            if self._child_exited or self._wakeup is None:
+                self._child_exited = False
+                self._reap()
+            now = time.monotonic()
+            if self._suspect_until is not None and now >= self._suspect_until:
+                self._blame(self._suspect)
+            if self._kill_at is not None and now >= self._kill_at:
+                self._kill_at = None
+                for r in list(self._live.values()):
+                    self._signal_rank(r, signal.SIGKILL)
+            if not self._live:
+                self._blame(self._suspect)
+                if not self._pipes:
+                    break
+                if drain_until is None:
+                    drain_until = now + DRAIN_SECONDS
+                elif now >= drain_until:
+                    break
+            timeout = _POLL_SECONDS if self._wakeup else _POLL_SECONDS_NO_SIGNALS
+            for deadline in (self._suspect_until, self._kill_at, drain_until):
+                if deadline is not None:
+                    timeout = min(timeout, deadline - now)
+            events = self._sel.select(max(timeout, 0.0))
+            if not events:  # a quiet moment: check on the ranks even without a SIGCHLD
+                self._child_exited = True
+            for key, _ in events:
+                if self._wakeup is not None and key.fd == self._wakeup[0]:
+                    _drain_fd(key.fd)
+                else:
+                    self._read(key.fd)
+            self._flush()
+        self._close_pipes()
+        return JobResult(
+            exits=tuple(self._exits[r] for r in sorted(self._exits)),
+            root_cause=self._root,
+            interrupted_by=self._interrupt,
+            stderr_tails={
+                r: tuple(line.decode(errors="replace") for line in t)
+                for r, t in self._tails.items()
+            },
+        )
+
+    def close(self) -> None:
+        """Kill and reap every rank still running, close pipes, restore signal handlers.
+
+        Idempotent.
+        """
+        for r in list(self._live.values()):
+            kill_group(r.popen.pid, signal.SIGKILL)
+            r.popen.wait()
+            self._record(r)
+        self._live.clear()
+        self._close_pipes()
+        self._restore_signals()
+        self._sel.close()
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _stop_all(self, sig: int) -> None:
+        for r in list(self._live.values()):
+            self._signal_rank(r, sig)
+        if self._kill_at is None:
+            self._kill_at = time.monotonic() + self._grace
+
+    def _signal_rank(self, r: _Rank, sig: int) -> None:
+        r.stopped = True
+        kill_group(r.popen.pid, sig)
+
+    def _handle_signals(self) -> None:
+        while self._pending:
+            sig = self._pending.pop(0)
+            if sig == signal.SIGCHLD:
+                self._child_exited = True
+                continue
+            if self._interrupt is None:
+                if self._suspect is not None:  # that failure came first: it stays the cause
+                    self._root = self._suspect
+                    self._suspect = self._suspect_until = None
+                self._interrupt = sig
+                self._stop_all(sig)
+            else:  # asked twice: no more grace
+                self._kill_at = None
+                for r in list(self._live.values()):
+                    self._signal_rank(r, signal.SIGKILL)
+
+    def _reap(self) -> None:
+        fresh: list[RankExit] = []
+        for r in list(self._live.values()):
+            pid = r.popen.pid
+            try:
+                info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                info = None
+                if r.popen.poll() is None:
+                    continue
+            else:
+                if info is None:
+                    continue
+                kill_group(pid, signal.SIGKILL)  # before reaping: the zombie pins the group id
+                r.popen.wait()
+            del self._live[r.rank]
+            fresh.append(self._record(r))
+            for fd in [fd for fd, p in self._pipes.items() if p.rank == r.rank]:
+                self._read(fd, until_empty=True)
+        if self._root is None and self._interrupt is None:
+            causes = [e for e in fresh if e.failed and not e.stopped]
+            primary = [e for e in causes if not _is_secondary(self._tails[e.rank])]
+            if primary:
+                self._blame(primary[0])
+            elif causes and self._suspect is None:
+                # It failed because a peer did; that peer's own exit may still be under way
+                # (sockets close before a process is reaped), so give it a moment to show up.
+                self._suspect = causes[0]
+                self._suspect_until = time.monotonic() + SECONDARY_WAIT_SECONDS
+
+    def _blame(self, exit_: RankExit | None) -> None:
+        """Make ``exit_`` the root cause (if there is none yet) and stop the rest."""
+        self._suspect = None
+        self._suspect_until = None
+        if exit_ is not None and self._root is None:
+            self._root = exit_
+            self._stop_all(signal.SIGTERM)
+
+    def _record(self, r: _Rank) -> RankExit:
+        rc = r.popen.returncode
+        assert rc is not None
+        e = RankExit(r.rank, r.popen.pid, rc, r.stopped)
+        self._exits[r.rank] = e
+        return e
+
+    def _read(self, fd: int, until_empty: bool = False) -> None:
+        pipe = self._pipes.get(fd)
+        if pipe is None:
+            return
+        while True:
+            try:
+                data = os.read(fd, _READ_BYTES)
+            except BlockingIOError:
+                return
+            if not data:
+                self._close_pipe(pipe)
+                return
+            pipe.feed(data)
+            if not until_empty:
+                return
+
+    def _close_pipe(self, pipe: _Pipe) -> None:
+        pipe.finish()
+        self._sel.unregister(pipe.fd)
+        os.close(pipe.fd)
+        del self._pipes[pipe.fd]
+
+    def _close_pipes(self) -> None:
+        for pipe in list(self._pipes.values()):
+            self._read(pipe.fd, until_empty=True)
+            if pipe.fd in self._pipes:
+                self._close_pipe(pipe)
+        self._flush()
+
+    def _flush(self) -> None:
+        self._out.flush()
+        self._err.flush()
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self._pending.append(signum)
+
+    def _install_signals(self) -> None:
+        r, w = os.pipe()
+        os.set_blocking(r, False)
+        os.set_blocking(w, False)
+        try:
+            self._saved_wakeup = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+        except ValueError:  # not the main thread: poll instead
+            os.close(r)
+            os.close(w)
+            return
+        self._wakeup = (r, w)
+        self._sel.register(r, selectors.EVENT_READ)
+        for sig in (signal.SIGCHLD, *STOP_SIGNALS):
+            self._saved.append((sig, signal.signal(sig, self._on_signal)))
+
+    def _restore_signals(self) -> None:
+        if self._wakeup is None:
+            return
+        for sig, handler in reversed(self._saved):
+            signal.signal(sig, handler)
+        self._saved.clear()
+        signal.set_wakeup_fd(self._saved_wakeup)
+        with contextlib.suppress(KeyError):
+            self._sel.unregister(self._wakeup[0])
+        for fd in self._wakeup:
+            os.close(fd)
+        self._wakeup = None
+
+
+def _drain_fd(fd: int) -> None:
+    with contextlib.suppress(BlockingIOError):
+        while os.read(fd, 4096):
+            pass
+
+
+def _binary(stream: TextIO) -> BinaryIO | TextIO:
+    buffer = getattr(stream, "buffer", None)
+    return buffer if buffer is not None else stream
+

@@ -1,0 +1,76 @@
+"""The failure report ``ringworld run`` prints when a job fails: one root cause, stated plainly.
+
+Example::
+
+    ringworld: job a1b2c3d4 failed: rank 2 (pid 4242) exited with code 3
+    ringworld: other ranks: 0, 1, 3 stopped by ringworld
+    ringworld: last 2 stderr lines of rank 2:
+      | Traceback (most recent call last):
+      | ValueError: bad input
+"""
+
+from __future__ import annotations
+
+from ringworld.launch._proc import signal_name
+from ringworld.launch.procset import JobResult, RankExit
+
+
+def _ranks(exits: list[RankExit]) -> str:
+    word = "rank" if len(exits) == 1 else "ranks"
+    return f"{word} {', '.join(str(e.rank) for e in exits)}"
+
+
+def failure_report(result: JobResult, job_id: str, size: int) -> str:
+    """The text to print on stderr for a failed or interrupted job; empty if the job succeeded."""
+    lines: list[str] = []
+    root = result.root_cause
+    if root is not None:
+        lines.append(
+            f"ringworld: job {job_id} failed: rank {root.rank} (pid {root.pid}) {root.describe()}"
+        )
+    elif result.interrupted_by is not None:
+        lines.append(
+            f"ringworld: job {job_id} interrupted by {signal_name(result.interrupted_by)}; "
+            "stopped all ranks"
+        )
+    else:
+        return ""
+    others = [e for e in result.exits if e is not root]
+    groups: list[str] = []
+    stopped = [e for e in others if e.stopped]
+    finished = [e for e in others if not e.stopped and not e.failed]
+    failed = [e for e in others if not e.stopped and e.failed]
+    if root is not None:
+        if stopped:
+            groups.append(f"{_ranks(stopped)} stopped by ringworld")
+        groups.extend(f"rank {e.rank} {e.describe()}" for e in failed)
+        if finished:
+            groups.append(f"{_ranks(finished)} had finished")
+        missing = size - len(result.exits)
+        if missing > 0:
+            groups.append(f"{missing} never started")
+        if groups:
+            lines.append(f"ringworld: other ranks: {'; '.join(groups)}")
+        tail = result.stderr_tails.get(root.rank, ())
+        if tail:
+            lines.append(f"ringworld: last {len(tail)} stderr lines of rank {root.rank}:")
+            lines.extend(f"  | {line}" for line in tail)
+        else:
+            lines.append(f"ringworld: rank {root.rank} wrote nothing to stderr")
+    return "\n".join(lines) + "\n"
+
+
+def job_exit_code(result: JobResult) -> int:
+    """The launcher's exit status: the root cause's, else 128 + the interrupting signal, else 0.
+
+    A failure seen before the interrupt wins; otherwise an interrupted job exits 128 + signum (130
+    for Ctrl-C) even if every rank exited cleanly on receiving it.
+    """
+    if result.root_cause is not None:
+        return result.root_cause.exit_code
+    if result.interrupted_by is not None:
+        return 128 + result.interrupted_by
+    for e in result.exits:
+        if e.failed:
+            return e.exit_code
+    return 0

@@ -1,0 +1,148 @@
+"""Pieces of the launcher that need no processes: line splitting, reports, exit codes, cleanup."""
+
+from __future__ import annotations
+
+import io
+import os
+from collections import deque
+
+import pytest
+
+from ringworld.launch import job
+from ringworld.launch.procset import MAX_LINE_BYTES, JobResult, RankExit, _Pipe, _Sink
+from ringworld.launch.report import failure_report, job_exit_code
+
+
+def pipe(prefix: bytes = b"", tail: deque[bytes] | None = None) -> tuple[_Pipe, io.BytesIO]:
+    out = io.BytesIO()
+    return _Pipe(0, 3, _Sink(out), prefix, tail), out
+
+
+def test_whole_lines_only_until_finish() -> None:
+    p, out = pipe()
+    p.feed(b"ab")
+    p.feed(b"c\nde")
+    assert out.getvalue() == b"abc\n"
+    p.feed(b"f\ng")
+    assert out.getvalue() == b"abc\ndef\n"
+    p.finish()
+    assert out.getvalue() == b"abc\ndef\ng"
+
+
+def test_tagged_lines_and_a_final_partial_line() -> None:
+    p, out = pipe(b"[3] ")
+    p.feed(b"one\ntw")
+    p.feed(b"o\n\nthree")
+    p.finish()
+    assert out.getvalue() == b"[3] one\n[3] two\n[3] \n[3] three\n"
+
+
+def test_overlong_line_is_forwarded_in_pieces_with_one_tag() -> None:
+    p, out = pipe(b"[3] ")
+    p.feed(b"x" * (MAX_LINE_BYTES + 10))
+    assert out.getvalue() == b"[3] " + b"x" * (MAX_LINE_BYTES + 10)
+    p.feed(b"yy\nz")
+    p.finish()
+    assert out.getvalue() == b"[3] " + b"x" * (MAX_LINE_BYTES + 10) + b"yy\n[3] z\n"
+
+
+def test_tail_keeps_the_last_lines_joined_across_chunks() -> None:
+    tail: deque[bytes] = deque(maxlen=3)
+    p, _ = pipe(tail=tail)
+    p.feed(b"l1\nl2\nl")
+    p.feed(b"3\nl4\nl5 no newline")
+    p.finish()
+    assert list(tail) == [b"l3", b"l4", b"l5 no newline"]
+
+
+def test_sink_survives_a_closed_reader() -> None:
+    class Broken(io.BytesIO):
+        def write(self, data) -> int:  # type: ignore[override]
+            raise BrokenPipeError
+
+    sink = _Sink(Broken())
+    sink.write(b"x")
+    sink.write(b"y")  # no exception: output is dropped once the reader is gone
+    sink.flush()
+
+
+def test_sink_decodes_for_text_streams() -> None:
+    out = io.StringIO()
+    sink = _Sink(out)
+    sink.write(b"caf\xc3\xa9 \xff\n")
+    assert out.getvalue() == "café \ufffd\n"
+
+
+def result(*exits: RankExit, root: int | None = None, interrupted: int | None = None,
+           tails: dict[int, tuple[str, ...]] | None = None) -> JobResult:
+    cause = next((e for e in exits if e.rank == root), None)
+    return JobResult(exits, cause, interrupted, tails or {})
+
+
+def test_report_names_the_root_cause_and_the_others() -> None:
+    r = result(RankExit(0, 100, -15, True), RankExit(1, 101, 3, False),
+               RankExit(2, 102, 1, False), RankExit(3, 103, 0, False),
+               root=1, tails={1: ("Traceback", "ValueError: x")})
+    text = failure_report(r, "abcd1234", size=5)
+    assert text.splitlines() == [
+        "ringworld: job abcd1234 failed: rank 1 (pid 101) exited with code 3",
+        "ringworld: other ranks: rank 0 stopped by ringworld; rank 2 exited with code 1; "
+        "rank 3 had finished; 1 never started",
+        "ringworld: last 2 stderr lines of rank 1:",
+        "  | Traceback",
+        "  | ValueError: x",
+    ]
+    assert job_exit_code(r) == 3
+
+
+def test_report_for_a_signal_death_without_stderr() -> None:
+    r = result(RankExit(0, 7, -9, False), root=0)
+    text = failure_report(r, "j", size=1)
+    assert text.splitlines() == [
+        "ringworld: job j failed: rank 0 (pid 7) killed by SIGKILL",
+        "ringworld: rank 0 wrote nothing to stderr",
+    ]
+    assert job_exit_code(r) == 137
+
+
+def test_interrupted_and_successful_jobs() -> None:
+    stopped = result(RankExit(0, 7, -2, True), RankExit(1, 8, 0, True), interrupted=2)
+    assert failure_report(stopped, "j", 2) == (
+        "ringworld: job j interrupted by SIGINT; stopped all ranks\n")
+    assert job_exit_code(stopped) == 130
+    fine = result(RankExit(0, 7, 0, False), RankExit(1, 8, 0, False))
+    assert failure_report(fine, "j", 2) == ""
+    assert job_exit_code(fine) == 0
+
+
+def test_remove_shm_segments_only_touches_this_job(tmp_path) -> None:
+    for name in ("ringworld-aa11-0", "ringworld-aa11-1-ring", "ringworld-aa111-0",
+                 "ringworld-bb22-0", "other"):
+        (tmp_path / name).write_bytes(b"")
+    removed = job.remove_shm_segments("aa11", shm_dir=str(tmp_path))
+    assert sorted(removed) == ["ringworld-aa11-0", "ringworld-aa11-1-ring"]
+    assert sorted(os.listdir(tmp_path)) == ["other", "ringworld-aa111-0", "ringworld-bb22-0"]
+
+
+@pytest.mark.parametrize("bad", ["", "*", "a/b", "../x", "a b"])
+def test_remove_shm_segments_rejects_unsafe_ids(bad: str) -> None:
+    with pytest.raises(ValueError, match="job_id"):
+        job.remove_shm_segments(bad)
+
+
+def test_rank_env_replaces_inherited_contract_variables() -> None:
+    base = {"PATH": "/bin", "RINGWORLD_RANK": "9", "RINGWORLD_SECRET": "ff",
+            "RINGWORLD_SECRET_FD": "5", "RINGWORLD_TRANSPORT": "tcp",
+            "RINGWORLD_EAGER_BYTES": "10"}
+    env = job.rank_env(base, rank=1, size=2, store="h:1", job_id="j1")
+    assert env == {"PATH": "/bin", "RINGWORLD_RANK": "1", "RINGWORLD_SIZE": "2",
+                   "RINGWORLD_STORE": "h:1", "RINGWORLD_JOB_ID": "j1",
+                   "RINGWORLD_TRANSPORT": "tcp", "RINGWORLD_EAGER_BYTES": "10"}
+    env = job.rank_env(base, rank=0, size=2, store="h:1", job_id="j1", transport="shm", timeout=3)
+    assert env["RINGWORLD_TRANSPORT"] == "shm" and env["RINGWORLD_TIMEOUT"] == "3.0"
+
+
+def test_job_ids_and_secrets_are_fresh() -> None:
+    assert len({job.new_job_id() for _ in range(100)}) == 100
+    secrets = {job.new_secret() for _ in range(10)}
+    assert len(secrets) == 10 and all(len(s) == 32 for s in secrets)
