@@ -8,34 +8,44 @@ Start a job with ``ringworld run -n 4 python script.py``; in the script::
         comm.send_obj("hello", dest=1)
 
 ``from ringworld import MPI`` gives an mpi4py-compatible layer over the same communicators.
+
+Names are loaded on first use (PEP 562), so the launcher and ``import ringworld`` stay cheap:
+numpy and the transports are imported only when communication starts.
 """
 
-from ringworld.comm import (
-    ANY_SOURCE,
-    ANY_TAG,
-    TAG_UB,
-    Communicator,
-    Request,
-    Status,
-    test_all,
-    test_any,
-    wait_all,
-    wait_any,
-)
-from ringworld.errors import (
-    BootstrapError,
-    CommBroken,
-    CommError,
-    ConfigError,
-    PeerFailure,
-    RingworldError,
-    Timeout,
-    TransportError,
-    TruncationError,
-)
-from ringworld.runtime import finalize, finalized, init, initialized, world
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    "ANY_SOURCE": "ringworld.comm.requests",
+    "ANY_TAG": "ringworld.comm.requests",
+    "TAG_UB": "ringworld.comm.requests",
+    "Request": "ringworld.comm.requests",
+    "Status": "ringworld.comm.requests",
+    "test_all": "ringworld.comm.requests",
+    "test_any": "ringworld.comm.requests",
+    "wait_all": "ringworld.comm.requests",
+    "wait_any": "ringworld.comm.requests",
+    "Communicator": "ringworld.comm.communicator",
+    "BootstrapError": "ringworld.errors",
+    "CommBroken": "ringworld.errors",
+    "CommError": "ringworld.errors",
+    "ConfigError": "ringworld.errors",
+    "PeerFailure": "ringworld.errors",
+    "RingworldError": "ringworld.errors",
+    "Timeout": "ringworld.errors",
+    "TransportError": "ringworld.errors",
+    "TruncationError": "ringworld.errors",
+    "finalize": "ringworld.runtime",
+    "finalized": "ringworld.runtime",
+    "init": "ringworld.runtime",
+    "initialized": "ringworld.runtime",
+    "world": "ringworld.runtime",
+}
 
 __all__ = [
     "ANY_SOURCE",
@@ -64,3 +74,44 @@ __all__ = [
     "wait_any",
     "world",
 ]
+
+if TYPE_CHECKING:
+    from ringworld.comm.communicator import Communicator
+    from ringworld.comm.requests import (
+        ANY_SOURCE,
+        ANY_TAG,
+        TAG_UB,
+        Request,
+        Status,
+        test_all,
+        test_any,
+        wait_all,
+        wait_any,
+    )
+    from ringworld.errors import (
+        BootstrapError,
+        CommBroken,
+        CommError,
+        ConfigError,
+        PeerFailure,
+        RingworldError,
+        Timeout,
+        TransportError,
+        TruncationError,
+    )
+    from ringworld.runtime import finalize, finalized, init, initialized, world
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        if name == "MPI":
+            return importlib.import_module("ringworld.MPI")
+        raise AttributeError(f"module 'ringworld' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
