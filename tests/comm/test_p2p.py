@@ -209,7 +209,8 @@ def _nonblocking(comm: Communicator) -> None:
     comm.send_obj(comm.rank, (comm.rank + 1) % n, tag=6)
     idx, value = ringworld.wait_any([a, b], timeout=30)
     assert idx == 1 and value == (comm.rank - 1) % n
-    assert ringworld.test_any([a]) is None  # tag 5 not sent yet
+    assert ringworld.test_any([a]) is None  # tag 5 is sent only after the barrier below
+    comm.barrier()
     s = comm.isend(data(comm.rank, 300_000, np.uint8), (comm.rank + 1) % n, tag=5)
     st = a.wait(timeout=30)
     s.wait(timeout=30)

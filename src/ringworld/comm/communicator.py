@@ -11,10 +11,10 @@ so user tags can never match internal traffic and communicators never see each o
 
 from __future__ import annotations
 
+import operator
+import sys
 from collections.abc import Sequence
 from typing import Any
-
-import numpy as np
 
 from ringworld.comm import objects
 from ringworld.comm.engine import SELF_CONTEXT, Engine
@@ -41,11 +41,13 @@ def send_view(buf: Any, name: str = "buf") -> memoryview:
     try:
         mv = memoryview(buf)
     except TypeError:
-        if isinstance(buf, np.ndarray):
+        np = sys.modules.get("numpy")  # a numpy array implies numpy is imported already
+        if np is not None and isinstance(buf, np.ndarray):  # e.g. datetime64: no buffer format
             if not buf.flags.c_contiguous:
                 raise ValueError(f"{name} must be C-contiguous (got a strided array of shape "
                                  f"{buf.shape})") from None
-            return buf.view(np.uint8).reshape(-1).data
+            flat: memoryview = buf.view(np.uint8).reshape(-1).data
+            return flat
         raise TypeError(f"{name} must support the buffer protocol (numpy array, bytes, "
                         f"bytearray, ...), got {type(buf).__name__}") from None
     if mv.format == "B" and mv.ndim == 1:
@@ -54,6 +56,16 @@ def send_view(buf: Any, name: str = "buf") -> memoryview:
         raise ValueError(f"{name} must be C-contiguous (got a strided buffer of shape "
                          f"{mv.shape})")
     return mv.cast("B")
+
+
+def _as_int(value: Any, name: str) -> int:
+    """``value`` as a Python int (numpy integers accepted); TypeError naming ``name`` if not."""
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, got bool")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}") from None
 
 
 def recv_view(buf: Any, name: str = "buf") -> memoryview:
@@ -98,12 +110,11 @@ class Communicator:
     def _world(self, rank: int, name: str) -> int:
         if type(rank) is int and 0 <= rank < self.size:
             return self._ranks[rank]
-        if not isinstance(rank, (int, np.integer)) or isinstance(rank, bool):
-            raise TypeError(f"{name} must be an int, got {type(rank).__name__}")
+        rank = _as_int(rank, name)
         if not 0 <= rank < self.size:
             raise ValueError(f"{name}={rank} is out of range for {self.name} of size "
                              f"{self.size} (valid: 0..{self.size - 1})")
-        return self._ranks[int(rank)]
+        return self._ranks[rank]
 
     def _source(self, source: int) -> int:
         if source == ANY_SOURCE:
@@ -114,17 +125,19 @@ class Communicator:
     def _send_tag(tag: int) -> int:
         if type(tag) is int and 0 <= tag <= TAG_UB:
             return tag
-        if not isinstance(tag, (int, np.integer)) or not 0 <= tag <= TAG_UB:
+        tag = _as_int(tag, "tag")
+        if not 0 <= tag <= TAG_UB:
             raise ValueError(f"tag={tag!r} must be an int in 0..{TAG_UB}")
-        return int(tag)
+        return tag
 
     @staticmethod
     def _recv_tag(tag: int) -> int:
         if tag == ANY_TAG:
             return ANY_TAG
-        if not isinstance(tag, (int, np.integer)) or not 0 <= tag <= TAG_UB:
+        tag = _as_int(tag, "tag")
+        if not 0 <= tag <= TAG_UB:
             raise ValueError(f"tag={tag!r} must be ANY_TAG or an int in 0..{TAG_UB}")
-        return int(tag)
+        return tag
 
     def self_comm(self) -> Communicator:
         """A communicator holding only this rank (MPI's COMM_SELF); no traffic to create."""

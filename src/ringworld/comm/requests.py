@@ -10,13 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
-import numpy as np
-from numpy.typing import DTypeLike
-
 from ringworld.errors import TruncationError
 from ringworld.transport.base import Incoming, SendHandle
 
 if TYPE_CHECKING:
+    from numpy.typing import DTypeLike
+
     from ringworld.comm.engine import Engine
 
 T = TypeVar("T")
@@ -34,12 +33,14 @@ class Status(NamedTuple):
     nbytes: int
     cancelled: bool = False
 
-    def count(self, dtype: DTypeLike = np.uint8) -> int:
-        """Number of ``dtype`` elements in the message.
+    def count(self, dtype: DTypeLike = "u1") -> int:
+        """Number of ``dtype`` elements in the message (default: bytes).
 
         Raises:
             ValueError: the byte count is not a multiple of the item size.
         """
+        import numpy as np
+
         size = np.dtype(dtype).itemsize
         if size == 0 or self.nbytes % size:
             raise ValueError(f"message of {self.nbytes} bytes is not a whole number of "
@@ -237,6 +238,8 @@ def _aligned(nbytes: int) -> memoryview:
     """A fresh writable buffer of ``nbytes``; 64-byte aligned when large enough to matter."""
     if nbytes < ALIGN_FROM:
         return memoryview(bytearray(nbytes))
+    import numpy as np
+
     raw = np.empty(nbytes + 64, dtype=np.uint8)
     start = (-raw.__array_interface__["data"][0]) % 64
     return raw[start : start + nbytes].data

@@ -42,8 +42,6 @@ import struct
 from collections import deque
 from collections.abc import Sequence
 
-import numpy as np
-
 from ringworld.errors import BootstrapError, PeerFailure, TransportError
 from ringworld.store.base import Store, store_barrier
 from ringworld.transport.base import (
@@ -97,7 +95,9 @@ def _addr(view: memoryview) -> int:
     """Virtual address of the first byte of a contiguous buffer. Cost: about a microsecond."""
     if len(view) == 0:
         return 0
-    return int(np.frombuffer(view, dtype=np.uint8).ctypes.data)
+    import numpy as np  # only large (rendezvous) messages need addresses
+
+    return int(np.frombuffer(view, dtype=np.uint8).__array_interface__["data"][0])
 
 
 def _bad_distance(d: int) -> bool:
