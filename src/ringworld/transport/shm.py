@@ -116,7 +116,7 @@ class _Peer:
     """This rank's view of one peer: its inbox (we write into our ring there) and ours."""
 
     __slots__ = (
-        "ctl", "data", "dead", "mm", "out", "pid", "pidfd", "rank", "ring_addr",
+        "ctl", "data", "dead", "mm", "out", "pid", "pidfd", "rank",
         "rx_data", "rx_head", "rx_tail", "rx_tail_w", "streams", "tx_head", "tx_head_w",
         "tx_tail_w",
     )
@@ -124,7 +124,6 @@ class _Peer:
     ctl: memoryview        # the peer's control words (uint64)
     data: memoryview       # our ring in the peer's inbox (we write)
     mm: mmap.mmap
-    ring_addr: int
     tx_head: int
     tx_head_w: int
     tx_tail_w: int
@@ -403,7 +402,6 @@ class ShmTransport(Transport):
         # our ring inside the peer's inbox
         base = self._ctl_bytes + self.rank * self.ring_bytes
         p.data = whole[base : base + self.ring_bytes]
-        p.ring_addr = _addr(p.data)
         p.tx_head_w = _head_word(self.rank)
         p.tx_tail_w = _tail_word(self.rank)
         p.tx_head = p.ctl[p.tx_head_w]
