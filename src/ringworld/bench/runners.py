@@ -1,0 +1,251 @@
+"""Starting benchmark jobs: ``ringworld run``, MPICH's ``mpiexec`` and a plain socket pair.
+
+Every job runs in its own session with its output in a temporary file; a job that outlives its
+timeout is killed as a whole process group. Nothing here imports the communication layers, so
+the driver works even when a library under test cannot start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+RANK_PROGRAM = HERE / "pingpong_rank.py"
+BARRIER_PROGRAM = HERE / "barrier_rank.py"
+OUTPUT_TAIL_LINES = 25  # lines of a failed job's output shown in the report
+
+
+@dataclass(slots=True)
+class JobOutcome:
+    """How one launched job ended."""
+
+    returncode: int
+    seconds: float
+    output: str
+    timed_out: bool = False
+
+    def describe(self) -> str:
+        """One line for a report, plus the output's tail when the job failed."""
+        if self.timed_out:
+            head = f"timed out after {self.seconds:.0f} s"
+        else:
+            head = f"exit code {self.returncode}"
+        tail = "\n".join(self.output.rstrip().splitlines()[-OUTPUT_TAIL_LINES:])
+        return f"{head}\n{tail}" if tail else head
+
+
+@dataclass(slots=True)
+class RunResult:
+    """One measured configuration (a library over a transport)."""
+
+    label: str
+    backend: str
+    transport: str
+    ok: bool = False
+    error: str | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+    startup: dict[str, Any] | None = None
+
+    @property
+    def library(self) -> str:
+        """The library's own version string, as its rank 0 reported it."""
+        return str(self.data.get("library", self.backend))
+
+    @property
+    def errors(self) -> int:
+        """Verification errors counted by the ranks (0 when the job never reported)."""
+        v = self.data.get("verify", {})
+        return int(v.get("wrong_bytes", 0) + v.get("wrong_counts", 0) + v.get("wrong_objects", 0))
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """Kill the session this benchmark started for ``proc`` (and only that)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def run_job(
+    argv: Sequence[str],
+    timeout: float,
+    *,
+    pass_fds: Sequence[int] = (),
+    env: dict[str, str] | None = None,
+) -> JobOutcome:
+    """Run ``argv`` to completion (or kill it at ``timeout``), capturing its output."""
+    with tempfile.TemporaryFile() as log:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(
+            list(argv), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True, pass_fds=tuple(pass_fds), env=env,
+        )
+        timed_out = False
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_group(proc)
+        seconds = time.perf_counter() - t0
+        log.seek(0)
+        output = log.read().decode(errors="replace")
+    return JobOutcome(proc.returncode, seconds, output, timed_out)
+
+
+# --------------------------------------------------------------------------------------------
+# Locating the programs
+
+
+def ringworld_command() -> list[str]:
+    """The ``ringworld`` launcher of this installation."""
+    beside = Path(sys.executable).parent / "ringworld"
+    if beside.is_file():
+        return [str(beside)]
+    found = shutil.which("ringworld")
+    if found:
+        return [found]
+    return [sys.executable, "-m", "ringworld"]
+
+
+def ringworld_run_argv(np: int, transport: str, program: Sequence[str]) -> list[str]:
+    """``ringworld run -n NP --transport T PROGRAM...`` (PROGRAM: a script path and its args)."""
+    return [*ringworld_command(), "run", "-n", str(np), "--transport", transport, *program]
+
+
+@dataclass(frozen=True, slots=True)
+class MpiPeer:
+    """A Python with mpi4py and numpy, and the ``mpiexec`` that belongs to it."""
+
+    python: str
+    mpiexec: str
+
+    def argv(self, np: int, program: Sequence[str]) -> list[str]:
+        """``mpiexec -n NP python PROGRAM...``."""
+        return [self.mpiexec, "-n", str(np), self.python, *program]
+
+
+def find_mpi_peer(python: str | None) -> MpiPeer:
+    """Locate mpi4py: ``python`` (a venv's python or the venv itself), else the current python.
+
+    Raises:
+        ValueError: no usable python or no ``mpiexec`` beside it, with what to do about it.
+    """
+    if python is None:
+        if importlib.util.find_spec("mpi4py") is None:
+            raise ValueError(
+                "mpi4py is not importable here: pass --mpi-python /path/to/venv/bin/python "
+                "(or set RINGWORLD_MPI_PYTHON); scripts/install-peers.sh makes one"
+            )
+        python = sys.executable
+    path = Path(python)
+    if path.is_dir():
+        path = path / "bin" / "python"
+    if not path.is_file():
+        raise ValueError(f"--mpi-python {python!r}: no such python")
+    mpiexec = path.parent / "mpiexec"  # not resolved: a venv's python is a symlink
+    found = str(mpiexec) if mpiexec.is_file() else shutil.which("mpiexec")
+    if found is None:
+        raise ValueError(f"no mpiexec beside {path} nor on PATH: pip install mpich into that venv")
+    probe = run_job([str(path), "-c", "import mpi4py.MPI, numpy"], timeout=120)
+    if probe.returncode != 0:
+        raise ValueError(f"{path} cannot import mpi4py and numpy: {probe.describe()}")
+    return MpiPeer(str(path), found)
+
+
+# --------------------------------------------------------------------------------------------
+# Running the measurements
+
+
+def _collect(result: RunResult, outcome: JobOutcome, out: Path) -> RunResult:
+    """Read rank 0's JSON; a job that failed or wrote nothing becomes an error."""
+    if out.is_file() and out.stat().st_size:
+        result.data = json.loads(out.read_text())
+    if outcome.returncode != 0 or outcome.timed_out or not result.data:
+        result.error = outcome.describe()
+    if result.errors:
+        note = f"{result.errors} verification errors: {result.data.get('verify')}"
+        result.error = f"{note}\n{result.error}" if result.error else note
+    result.ok = result.error is None
+    return result
+
+
+def measure_ringworld(
+    np: int, transport: str, rank_args: Sequence[str], timeout: float
+) -> RunResult:
+    """Ringworld ranks under ``ringworld run``."""
+    result = RunResult(f"ringworld-{transport}", "ringworld", transport)
+    with tempfile.TemporaryDirectory(prefix="rw-bench-") as tmp:
+        out = Path(tmp) / "result.json"
+        program = [str(RANK_PROGRAM), "--backend", "ringworld", *rank_args, "--out", str(out)]
+        outcome = run_job(ringworld_run_argv(np, transport, program), timeout)
+        return _collect(result, outcome, out)
+
+
+def measure_mpi4py(
+    peer: MpiPeer, np: int, rank_args: Sequence[str], timeout: float
+) -> RunResult:
+    """The same rank program under ``mpiexec`` with the mpi4py backend."""
+    result = RunResult("mpi4py", "mpi4py", "mpi")
+    with tempfile.TemporaryDirectory(prefix="rw-bench-") as tmp:
+        out = Path(tmp) / "result.json"
+        program = [str(RANK_PROGRAM), "--backend", "mpi4py", *rank_args, "--out", str(out)]
+        outcome = run_job(peer.argv(np, program), timeout)
+        return _collect(result, outcome, out)
+
+
+def measure_socket(rank_args: Sequence[str], timeout: float) -> RunResult:
+    """Two processes over one loopback TCP connection (rank 1 inherits the listener)."""
+    result = RunResult("socket", "socket", "tcp")
+    with tempfile.TemporaryDirectory(prefix="rw-bench-") as tmp, socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        port = listener.getsockname()[1]
+        out = Path(tmp) / "result.json"
+        base = [sys.executable, str(RANK_PROGRAM), "--backend", "socket", *rank_args]
+        fd = listener.fileno()
+        with tempfile.TemporaryFile() as log1:
+            server = subprocess.Popen(
+                [*base, "--socket-rank", "1", "--socket-fd", str(fd)],
+                stdin=subprocess.DEVNULL, stdout=log1, stderr=subprocess.STDOUT,
+                start_new_session=True, pass_fds=(fd,),
+            )
+            try:
+                outcome = run_job(
+                    [*base, "--socket-rank", "0", "--socket-port", str(port), "--out", str(out)],
+                    timeout,
+                )
+                server.wait(30 if outcome.returncode == 0 else 1)
+            except subprocess.TimeoutExpired:
+                _kill_group(server)
+            if server.returncode != 0:
+                log1.seek(0)
+                text = log1.read().decode(errors="replace")
+                outcome.output += f"\n[socket rank 1: exit code {server.returncode}]\n{text}"
+                outcome.returncode = outcome.returncode or 1
+        return _collect(result, outcome, out)
+
+
+def measure_startup(argv: Sequence[str], runs: int, timeout: float) -> dict[str, Any]:
+    """Wall clock of a whole job command: one untimed warm-up, then the median of ``runs``."""
+    samples: list[float] = []
+    for i in range(runs + 1):
+        outcome = run_job(argv, timeout)
+        if outcome.returncode != 0 or outcome.timed_out:
+            return {"error": outcome.describe(), "samples_s": samples}
+        if i:
+            samples.append(outcome.seconds)
+    return {"median_s": statistics.median(samples), "min_s": min(samples), "samples_s": samples}
