@@ -218,7 +218,7 @@ def test_close_is_idempotent(kind: str) -> None:
 def test_sizes_beyond_4_gib_fit_the_wire_formats() -> None:
     # multi-gigabyte messages: lengths are 64-bit on both wires
     n = (5 << 30) + 3
-    raw = FRAME.pack(2, 0, 0, 1, 64, 64, 7, n, 9, 0)
+    raw = FRAME.pack(2, 0, 0, 1, 64, 64, 7, n)
     assert FRAME.unpack(raw)[7] == n
     fields = HEADER.unpack(HEADER.pack(*([0] * (len(HEADER.format) - 2)), n))
     assert fields[-1] == n

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ringworld.comm import objects
-from ringworld.comm.engine import SELF_CONTEXT, Engine
+from ringworld.comm.engine import RECV_SPIN, SELF_CONTEXT, Engine
 from ringworld.comm.requests import (
     ANY_SOURCE,
     ANY_TAG,
@@ -192,12 +192,15 @@ class Communicator:
             Timeout, PeerFailure: see :meth:`Request.wait`.
         """
         view = recv_view(buf, "buf")
-        req = BufferRecvRequest(self._engine, self.context, self._source(source),
+        engine = self._engine
+        req = BufferRecvRequest(engine, self.context, self._source(source),
                                 self._recv_tag(tag), view, self._to_comm)
-        self._engine.post(req)
-        if req._done:
-            return req._value()
-        return req.wait_or_cancel(timeout)
+        engine.post(req)
+        if not req._done:
+            engine.spin(req, RECV_SPIN)
+            if not req._done:
+                return req.wait_or_cancel(timeout)
+        return req._value()
 
     def sendrecv(self, sendbuf: Any, dest: int, recvbuf: Any, source: int = ANY_SOURCE,
                  sendtag: int = 0, recvtag: int = ANY_TAG, *,
@@ -256,10 +259,15 @@ class Communicator:
             Timeout, PeerFailure: see :meth:`Request.wait`.
             CommError: the matched message was a buffer, not an object.
         """
-        req = ObjectRecvRequest(self._engine, self.context, self._source(source),
+        engine = self._engine
+        req = ObjectRecvRequest(engine, self.context, self._source(source),
                                 self._recv_tag(tag), None, self._to_comm)
-        self._engine.post(req)
-        return req.wait_or_cancel(timeout)
+        engine.post(req)
+        if not req._done:
+            engine.spin(req, RECV_SPIN)
+            if not req._done:
+                return req.wait_or_cancel(timeout)
+        return req._value()
 
     def sendrecv_obj(self, obj: Any, dest: int, source: int = ANY_SOURCE, sendtag: int = 0,
                      recvtag: int = ANY_TAG, *, timeout: float | None = None) -> Any:

@@ -25,6 +25,7 @@ from ringworld.errors import CommBroken, PeerFailure, Timeout, TransportError
 from ringworld.transport.base import BufferedIncoming, Incoming, SendHandle, Transport
 
 FAST_POLLS = 32          # polls before the first clock read
+RECV_SPIN = 4000         # polls of a blocking receive before the general wait loop
 SPIN_POLLS = 2000        # polls before yielding the CPU
 YIELD_POLLS = 200        # polls with sched_yield before sleeping
 SLEEP_SLICE = 0.005      # longest single sleep: bounds a lost doorbell wake-up
@@ -161,6 +162,27 @@ class Engine:
                 self._break(exc)
                 raise
         return did
+
+    def spin(self, req: RecvRequest[Any], polls: int) -> None:
+        """Poll the only transport up to ``polls`` times until ``req`` completes.
+
+        The latency-critical start of a blocking receive: no clock reads or liveness checks
+        (``wait_for`` does those if this returns with ``req`` still pending).
+        """
+        if len(self.transports) != 1 or self.broken is not None:
+            return
+        poll = self.transports[0].poll
+        deliver = self._deliver
+        try:
+            for _ in range(polls):
+                poll(deliver)
+                if req._done:
+                    return
+        except PeerFailure as exc:
+            self._peer_failed(exc)
+        except TransportError as exc:
+            self._break(exc)
+            raise
 
     def check_peers(self) -> None:
         """Record peers that have exited (after draining what they sent before they died)."""

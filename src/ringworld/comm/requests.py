@@ -48,6 +48,9 @@ class Status(NamedTuple):
         return self.nbytes // size
 
 
+_new_status = tuple.__new__  # builds a Status without NamedTuple's slower __new__
+
+
 class Request(Generic[T]):
     """Handle of a nonblocking operation; ``wait()`` returns its result."""
 
@@ -195,7 +198,7 @@ class RecvRequest(Request[T]):
         """Take ``inc`` as this receive's message and start moving its payload."""
         self.matched = True
         self.incoming_flags = inc.flags
-        self.status = Status(self._to_comm(inc.source), inc.tag, inc.nbytes)
+        self.status = _new_status(Status, (self._to_comm(inc.source), inc.tag, inc.nbytes, False))
         dest = self.dest
         if dest is None:
             self.dest = dest = _aligned(inc.nbytes)

@@ -54,15 +54,20 @@ from ringworld.transport.base import (
     Transport,
 )
 
-# ftype u8, flags u8, pad u16, context u32, frame_len u32, payload_off u32,
-# tag i64, nbytes u64, msg_id u64, aux u64
-FRAME = struct.Struct("<BBHIIIqQQQ")
-HDR = 64
+# A frame: word 0 is its sequence word, ``(absolute ring offset + 1) XOR ring key``, written
+# last; the receiver polls it, so a small message costs one cache line, not a separate counter.
+# Then FRAME (ftype u8, flags u8, pad u16, context u32, frame_len u32, payload_off u32, tag i64,
+# nbytes u64) and, for rendezvous frames, EXTRA (msg_id u64, aux u64).
+FRAME = struct.Struct("<BBHIIIqQ")
+EXTRA = struct.Struct("<QQ")
+EAGER_OFF = 8 + FRAME.size          # 40: up to 24 payload bytes share the header's cache line
+HDR = EAGER_OFF + EXTRA.size        # 56: header of rendezvous frames
 EAGER, RTS, CTS, DATA, WRAP = 1, 2, 3, 4, 5
 PAGE = 4096
+_EMPTY = memoryview(b"")
 CTL_MAGIC = 0x52574C4453484D31  # "RWLDSHM1"
 # Control page layout, in 8-byte words: [0] magic, [1] pid, [8] sleeping flag,
-# then per sender s: head at word 16 + 16*s, tail at word 24 + 16*s (separate cache lines).
+# then per sender s, on a cache line of its own: tail at word 16 + 8*s, ring key at 17 + 8*s.
 _W_MAGIC, _W_PID, _W_SLEEP = 0, 1, 8
 MIN_RING = 64 * 1024
 MAX_RING = 1024 * 1024
@@ -70,12 +75,8 @@ INBOX_BUDGET = 32 * 1024 * 1024
 DEFAULT_EAGER = 32 * 1024
 
 
-def _head_word(sender: int) -> int:
-    return 16 + 16 * sender
-
-
 def _tail_word(sender: int) -> int:
-    return 24 + 16 * sender
+    return 16 + 8 * sender
 
 
 def ctl_bytes(size: int) -> int:
@@ -116,19 +117,24 @@ class _Peer:
     """This rank's view of one peer: its inbox (we write into our ring there) and ours."""
 
     __slots__ = (
-        "ctl", "data", "dead", "mm", "out", "pid", "pidfd", "rank",
-        "rx_data", "rx_head", "rx_tail", "rx_tail_w", "streams", "tx_head", "tx_head_w",
-        "tx_tail_w",
+        "ctl", "data", "dead", "mm", "out", "pid", "pidfd", "rank", "rx_data", "rx_expect",
+        "rx_idx", "rx_key", "rx_q", "rx_tail", "rx_tail_w", "streams", "tx_free_to", "tx_head",
+        "tx_key", "tx_q", "tx_tail_w",
     )
 
     ctl: memoryview        # the peer's control words (uint64)
     data: memoryview       # our ring in the peer's inbox (we write)
     mm: mmap.mmap
-    tx_head: int
-    tx_head_w: int
+    tx_q: memoryview       # the same ring as uint64 words (sequence words)
+    tx_head: int           # absolute offset of our next frame
+    tx_free_to: int        # we may write below this absolute offset (cached peer tail + ring)
+    tx_key: int
     tx_tail_w: int
     rx_data: memoryview    # the peer's ring in our inbox (we read)
-    rx_head: int
+    rx_q: memoryview
+    rx_key: int
+    rx_idx: int            # word index of the next frame's sequence word
+    rx_expect: int         # the sequence word that marks it as written
     rx_tail_w: int
 
     def __init__(self, rank: int) -> None:
@@ -305,6 +311,7 @@ class ShmTransport(Transport):
         self._my_ctl: memoryview | None = None
         self._my_mm: mmap.mmap | None = None
         self._fd_to_peer: dict[int, _Peer] = {}
+        self._eager = _EagerIncoming(0, 0, 0, 0, _EMPTY)
 
     # ------------------------------------------------------------------ set-up
     @classmethod
@@ -367,6 +374,8 @@ class ShmTransport(Transport):
         self._mms.append(mm)
         ctl = memoryview(mm)[: self._ctl_bytes].cast("Q")
         ctl[_W_PID] = os.getpid()
+        for s in range(self.size):
+            ctl[_tail_word(s) + 1] = int.from_bytes(os.urandom(8), "little") | 1
         ctl[_W_MAGIC] = CTL_MAGIC
         self._my_ctl = ctl
         bell = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -402,15 +411,21 @@ class ShmTransport(Transport):
         # our ring inside the peer's inbox
         base = self._ctl_bytes + self.rank * self.ring_bytes
         p.data = whole[base : base + self.ring_bytes]
-        p.tx_head_w = _head_word(self.rank)
+        p.tx_q = p.data.cast("Q")
         p.tx_tail_w = _tail_word(self.rank)
-        p.tx_head = p.ctl[p.tx_head_w]
+        p.tx_key = p.ctl[p.tx_tail_w + 1]
+        p.tx_head = 0
+        p.tx_free_to = self.ring_bytes
         # the peer's ring inside our inbox
         mine = memoryview(self._my_mm)
         rbase = self._ctl_bytes + r * self.ring_bytes
         p.rx_data = mine[rbase : rbase + self.ring_bytes]
-        p.rx_head = _head_word(r)
+        p.rx_q = p.rx_data.cast("Q")
         p.rx_tail_w = _tail_word(r)
+        assert self._my_ctl is not None
+        p.rx_key = self._my_ctl[p.rx_tail_w + 1]
+        p.rx_idx = 0
+        p.rx_expect = 1 ^ p.rx_key
         try:
             p.pidfd = os.pidfd_open(pid)
         except (OSError, AttributeError):
@@ -451,40 +466,47 @@ class ShmTransport(Transport):
         """
         rb = self.ring_bytes
         head = p.tx_head
-        free = rb - (head - p.ctl[p.tx_tail_w])
         pos = head % rb
         tail_room = rb - pos
+        need = frame_len if frame_len <= tail_room else tail_room + len_at_zero
+        if head + need > p.tx_free_to:
+            p.tx_free_to = p.ctl[p.tx_tail_w] + rb  # re-read the receiver's progress
+            if head + need > p.tx_free_to:
+                return -1
         if frame_len <= tail_room:
-            return pos if frame_len <= free else -1
-        if tail_room + len_at_zero > free:
-            return -1
-        FRAME.pack_into(p.data, pos, WRAP, 0, 0, 0, tail_room, 0, 0, 0, 0, 0)
+            return pos
+        FRAME.pack_into(p.data, pos + 8, WRAP, 0, 0, 0, tail_room, 0, 0, 0)
+        p.tx_q[pos >> 3] = (head + 1) ^ p.tx_key
         p.tx_head = head + tail_room
         return 0
 
-    def _publish(self, p: _Peer, frame_len: int) -> None:
-        p.tx_head += frame_len
-        p.ctl[p.tx_head_w] = p.tx_head
+    def _publish(self, p: _Peer, pos: int, frame_len: int) -> None:
+        """Make the frame at ring position ``pos`` visible (its sequence word last)."""
+        head = p.tx_head
+        p.tx_q[pos >> 3] = (head + 1) ^ p.tx_key
+        p.tx_head = head + frame_len
         if p.ctl[_W_SLEEP]:
             self._ring_bell(p)
 
     def _write_frame(self, p: _Peer, ftype: int, flags: int, context: int, tag: int,
                      nbytes: int, msg_id: int, aux: int, segments: Sequence[memoryview]) -> bool:
-        payload = nbytes if ftype == EAGER else 0
-        frame_len = (HDR + payload + 63) & ~63
+        frame_len = (EAGER_OFF + nbytes + 63) & ~63 if ftype == EAGER else (HDR + 63) & ~63
         pos = self._reserve(p, frame_len, frame_len)
         if pos < 0:
             return False
         data = p.data
-        FRAME.pack_into(data, pos, ftype, flags, 0, context, frame_len, HDR, tag, nbytes, msg_id,
-                        aux)
-        if payload:
-            at = pos + HDR
+        if ftype == EAGER:
+            FRAME.pack_into(data, pos + 8, EAGER, flags, 0, context, frame_len, EAGER_OFF, tag,
+                            nbytes)
+            at = pos + EAGER_OFF
             for seg in segments:
                 n = len(seg)
                 data[at : at + n] = seg
                 at += n
-        self._publish(p, frame_len)
+        else:
+            FRAME.pack_into(data, pos + 8, ftype, flags, 0, context, frame_len, HDR, tag, nbytes)
+            EXTRA.pack_into(data, pos + EAGER_OFF, msg_id, aux)
+        self._publish(p, pos, frame_len)
         return True
 
     def _write_chunk(self, p: _Peer, msg_id: int, offset: int, chunk: memoryview,
@@ -499,10 +521,11 @@ class ShmTransport(Transport):
             return False
         pad = pad_here if pos == here else pad_zero
         frame_len = (HDR + pad + n + 63) & ~63
-        FRAME.pack_into(p.data, pos, DATA, 0, 0, 0, frame_len, HDR + pad, 0, n, msg_id, offset)
+        FRAME.pack_into(p.data, pos + 8, DATA, 0, 0, 0, frame_len, HDR + pad, 0, n)
+        EXTRA.pack_into(p.data, pos + EAGER_OFF, msg_id, offset)
         at = pos + HDR + pad
         p.data[at : at + n] = chunk
-        self._publish(p, frame_len)
+        self._publish(p, pos, frame_len)
         return True
 
     def isend(self, dest: int, context: int, tag: int, flags: int,
@@ -510,25 +533,23 @@ class ShmTransport(Transport):
         p = self._peer(dest)
         if nbytes <= self.eager_bytes:
             if not p.out:
-                # fast path of _write_frame: room before the end of the ring
-                frame_len = (HDR + nbytes + 63) & ~63
+                # fast path of _write_frame: room before the end of the ring and below the
+                # cached free bound
+                frame_len = (EAGER_OFF + nbytes + 63) & ~63
                 head = p.tx_head
-                rb = self.ring_bytes
-                pos = head % rb
-                ctl = p.ctl
-                if pos + frame_len <= rb and head + frame_len - ctl[p.tx_tail_w] <= rb:
+                pos = head % self.ring_bytes
+                if pos + frame_len <= self.ring_bytes and head + frame_len <= p.tx_free_to:
                     data = p.data
-                    FRAME.pack_into(data, pos, EAGER, flags, 0, context, frame_len, HDR, tag,
-                                    nbytes, 0, 0)
-                    at = pos + HDR
+                    FRAME.pack_into(data, pos + 8, EAGER, flags, 0, context, frame_len,
+                                    EAGER_OFF, tag, nbytes)
+                    at = pos + EAGER_OFF
                     for seg in segments:
                         n = len(seg)
                         data[at : at + n] = seg
                         at += n
-                    head += frame_len
-                    p.tx_head = head
-                    ctl[p.tx_head_w] = head
-                    if ctl[_W_SLEEP]:
+                    p.tx_q[pos >> 3] = (head + 1) ^ p.tx_key
+                    p.tx_head = head + frame_len
+                    if p.ctl[_W_SLEEP]:
                         self._ring_bell(p)
                     return DONE
                 if self._write_frame(p, EAGER, flags, context, tag, nbytes, 0, 0, segments):
@@ -575,55 +596,66 @@ class ShmTransport(Transport):
             p.out.append(st)
 
     def _drain(self, p: _Peer, deliver: Deliver) -> bool:
+        """Consume every complete frame from ``p``'s ring; return whether there was one."""
+        q = p.rx_q
+        if q[p.rx_idx] != p.rx_expect:
+            return False
         my_ctl = self._my_ctl
         assert my_ctl is not None
-        head = my_ctl[p.rx_head]
-        tail = p.rx_tail
-        if head == tail:
-            return False
         rb = self.ring_bytes
         data = p.rx_data
+        key = p.rx_key
         unpack = FRAME.unpack_from
-        while tail != head:
-            pos = tail % rb
-            (ftype, flags, _, context, frame_len, poff, tag, nbytes, msg_id,
-             aux) = unpack(data, pos)
+        tail = p.rx_tail
+        pos = tail % rb
+        while q[pos >> 3] == (tail + 1) ^ key:
+            ftype, flags, _, context, frame_len, poff, tag, nbytes = unpack(data, pos + 8)
             if ftype == EAGER:
                 at = pos + poff
-                deliver(_EagerIncoming(p.rank, context, tag, flags, data[at : at + nbytes]))
-            elif ftype == DATA:
-                st = p.streams[msg_id]
-                at = pos + poff
-                st.dest[aux : aux + nbytes] = data[at : at + nbytes]
-                st.received += nbytes
-                if st.received >= st.total:
-                    del p.streams[msg_id]
-                    st.on_done()
-            elif ftype == RTS:
-                deliver(_RendezvousIncoming(self, p.rank, context, tag, flags, nbytes, msg_id))
-            elif ftype == CTS:
-                self._start_stream(p, msg_id, aux)
+                inc = self._eager  # reused: an eager Incoming is valid only inside deliver()
+                inc.source = p.rank
+                inc.context = context
+                inc.tag = tag
+                inc.flags = flags
+                inc.nbytes = nbytes
+                inc.view = data[at : at + nbytes]
+                deliver(inc)
+                inc.view = _EMPTY
             elif ftype != WRAP:
-                raise TransportError(f"corrupt frame type {ftype} from rank {p.rank}")
-            if frame_len <= 0:
-                raise TransportError(f"corrupt frame length from rank {p.rank}")
+                msg_id, aux = EXTRA.unpack_from(data, pos + EAGER_OFF)
+                if ftype == DATA:
+                    st = p.streams[msg_id]
+                    at = pos + poff
+                    st.dest[aux : aux + nbytes] = data[at : at + nbytes]
+                    st.received += nbytes
+                    if st.received >= st.total:
+                        del p.streams[msg_id]
+                        st.on_done()
+                elif ftype == RTS:
+                    deliver(_RendezvousIncoming(self, p.rank, context, tag, flags, nbytes,
+                                                msg_id))
+                elif ftype == CTS:
+                    self._start_stream(p, msg_id, aux)
+                else:
+                    raise TransportError(f"corrupt frame type {ftype} from rank {p.rank}")
+            if frame_len <= 0 or frame_len & 63:
+                raise TransportError(f"corrupt frame length {frame_len} from rank {p.rank}")
             tail += frame_len
+            pos = tail % rb
             p.rx_tail = tail
             my_ctl[p.rx_tail_w] = tail
-            head = my_ctl[p.rx_head]
+        p.rx_idx = pos >> 3
+        p.rx_expect = (tail + 1) ^ key
         if p.ctl[_W_SLEEP]:
             self._ring_bell(p)  # the sender may be sleeping on a full ring
         return True
 
     def poll(self, deliver: Deliver) -> bool:
         did = False
-        ctl = self._my_ctl
-        if ctl is None:
-            return False
         for p in self._active:
             if p.out and self._flush(p):
                 did = True
-            if ctl[p.rx_head] != p.rx_tail and self._drain(p, deliver):
+            if p.rx_q[p.rx_idx] == p.rx_expect and self._drain(p, deliver):
                 did = True
         return did
 
@@ -634,7 +666,7 @@ class ShmTransport(Transport):
         ctl[_W_SLEEP] = 1
         try:
             for p in self._active:
-                if ctl[p.rx_head] != p.rx_tail:
+                if p.rx_q[p.rx_idx] == p.rx_expect:
                     return
             fds: list[int] = [self._bell.fileno(), *self._fd_to_peer]
             select.select(fds, [], [], timeout)
