@@ -285,3 +285,22 @@ def test_peer_process_death_is_reported_after_its_last_message(kind: str, die: s
         os.waitpid(pid, 0)
         server.close()
     assert not [f for f in os.listdir("/dev/shm") if f.startswith(f"ringworld-{job}")]
+
+
+def test_full_shared_memory_is_a_clear_error_not_a_crash(tmp_path: object) -> None:
+    import subprocess
+
+    from ringworld.errors import BootstrapError
+
+    mnt = os.path.join(str(tmp_path), "tiny-shm")
+    os.mkdir(mnt)
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", mnt],
+                      capture_output=True, check=False).returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here (needs root)")
+    try:
+        with pytest.raises(BootstrapError, match="shared memory|--transport tcp"):
+            ShmTransport.create(0, 2, MemoryStore(), "tiny", ring_bytes=1 << 20, timeout=5,
+                                shm_dir=mnt)
+        assert os.listdir(mnt) == []  # nothing left behind
+    finally:
+        subprocess.run(["umount", mnt], check=False)
