@@ -298,7 +298,7 @@ def test_full_shared_memory_is_a_clear_error_not_a_crash(tmp_path: object) -> No
                       capture_output=True, check=False).returncode != 0:
         pytest.skip("cannot mount a small tmpfs here (needs root)")
     try:
-        with pytest.raises(BootstrapError, match="shared memory|--transport tcp"):
+        with pytest.raises(BootstrapError, match=r"shared memory|--transport tcp"):
             ShmTransport.create(0, 2, MemoryStore(), "tiny", ring_bytes=1 << 20, timeout=5,
                                 shm_dir=mnt)
         assert os.listdir(mnt) == []  # nothing left behind
