@@ -12,6 +12,7 @@ so user tags can never match internal traffic and communicators never see each o
 from __future__ import annotations
 
 import operator
+import pickle
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -342,6 +343,9 @@ class ObjectRecvRequest(RecvRequest[Any]):
         if self._error is not None:
             raise self._error
         if self.dest is not None:
-            self._result = objects.decode(self.dest, self.incoming_flags)
+            if self.incoming_flags == objects.FLAG_OBJ:  # the common case, inlined
+                self._result = pickle.loads(self.dest)
+            else:
+                self._result = objects.decode(self.dest, self.incoming_flags)
             self.dest = None  # the value owns the buffers it needs
         return self._result

@@ -30,12 +30,18 @@ def _pad(n: int) -> int:
     return (-n) % 64
 
 
+_PLAIN = (type(None), bool, int, float, complex, str, bytes)
+
+
 def encode(obj: Any) -> tuple[list[memoryview], int, int, list[pickle.PickleBuffer]]:
     """Serialise ``obj``; return (segments, total bytes, flags, buffers to keep alive).
 
     Raises:
         TypeError / pickle.PicklingError: ``obj`` cannot be pickled.
     """
+    if type(obj) in _PLAIN:  # no buffers possible: skip the out-of-band machinery
+        data = pickle.dumps(obj, 5)
+        return [memoryview(data)], len(data), FLAG_OBJ, []
     buffers: list[pickle.PickleBuffer] = []
     data = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
     if not buffers:
