@@ -28,6 +28,7 @@ from ringworld.comm.requests import (
     Request,
     SendRequest,
     Status,
+    _new_status,
     wait_all,
 )
 
@@ -194,8 +195,13 @@ class Communicator:
         """
         view = recv_view(buf, "buf")
         engine = self._engine
-        req = BufferRecvRequest(engine, self.context, self._source(source),
-                                self._recv_tag(tag), view, self._to_comm)
+        src = self._source(source)
+        rtag = self._recv_tag(tag)
+        if src >= 0:
+            got = engine.take_direct(self.context, src, rtag, view, RECV_SPIN)
+            if got is not None:
+                return _new_status(Status, (self._to_comm(src), got[0], got[2], False))
+        req = BufferRecvRequest(engine, self.context, src, rtag, view, self._to_comm)
         engine.post(req)
         if not req._done:
             engine.spin(req, RECV_SPIN)
@@ -261,8 +267,14 @@ class Communicator:
             CommError: the matched message was a buffer, not an object.
         """
         engine = self._engine
-        req = ObjectRecvRequest(engine, self.context, self._source(source),
-                                self._recv_tag(tag), None, self._to_comm)
+        src = self._source(source)
+        rtag = self._recv_tag(tag)
+        if src >= 0:
+            got = engine.take_direct(self.context, src, rtag, None, RECV_SPIN)
+            if got is not None:
+                assert got[3] is not None
+                return objects.decode(memoryview(got[3]), got[1])
+        req = ObjectRecvRequest(engine, self.context, src, rtag, None, self._to_comm)
         engine.post(req)
         if not req._done:
             engine.spin(req, RECV_SPIN)

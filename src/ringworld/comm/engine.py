@@ -184,6 +184,27 @@ class Engine:
             self._break(exc)
             raise
 
+    def take_direct(self, context: int, source: int, tag: int, dest: memoryview | None,
+                    polls: int) -> tuple[int, int, int, bytes | None] | None:
+        """Receive the next message from ``source`` without posting, if the transport can.
+
+        Only when no posted or queued receive could claim it first (so MPI matching order
+        holds) and the transport offers :meth:`Transport.take_eager`. Returns what
+        ``take_eager`` took, or None to use the general path. Cost: at most ``polls`` peeks.
+        """
+        t = self.route[source]
+        if (t is None or not t.supports_take_eager or self.broken is not None or self.dead
+                or self.posted.get(context) or self.unexpected.get(context)):
+            return None
+        take = t.take_eager
+        for _ in range(polls):
+            got = take(source, context, tag, dest)
+            if got is None:
+                return None
+            if isinstance(got, tuple):
+                return got
+        return None
+
     def check_peers(self) -> None:
         """Record peers that have exited (after draining what they sent before they died)."""
         for t in self.transports:

@@ -127,6 +127,22 @@ class Transport(ABC):
             PeerFailure: ``dest`` is known to have failed.
         """
 
+    #: whether :meth:`take_eager` is implemented (a fast path for blocking receives).
+    supports_take_eager: bool = False
+
+    def take_eager(self, source: int, context: int, tag: int,
+                   dest: memoryview | None) -> tuple[int, int, int, bytes | None] | int | None:
+        """Take the next message from ``source`` directly, if it is small and complete.
+
+        A fast path for a blocking receive when nothing else could match first. Returns
+        ``(tag, flags, nbytes, payload)`` after consuming the message: its bytes are copied into
+        ``dest``, or returned as ``payload`` when ``dest`` is None. Returns 0 when nothing from
+        ``source`` has arrived yet, and None when the next message is not one it can take (other
+        context or tag, too large, a rendezvous) or the transport has sends to push: the caller
+        then uses the general :meth:`poll` path. Never consumes a message it does not return.
+        """
+        return None
+
     @abstractmethod
     def poll(self, deliver: Deliver) -> bool:
         """Make progress without blocking; return whether anything happened.

@@ -661,6 +661,46 @@ class ShmTransport(Transport):
             self._ring_bell(p)  # the sender may be sleeping on a full ring
         return True
 
+    supports_take_eager = True
+
+    def take_eager(self, source: int, context: int, tag: int,
+                   dest: memoryview | None) -> tuple[int, int, int, bytes | None] | int | None:
+        p = self._peers[source]
+        ctl = self._my_ctl
+        if p is None or p.dead or ctl is None or self._out_pending:
+            return None
+        q = p.rx_q
+        idx = p.rx_idx
+        if q[idx] != p.rx_expect:
+            return 0
+        data = p.rx_data
+        pos = idx << 3
+        ftype, flags, _, ctx, frame_len, poff, mtag, nbytes = FRAME.unpack_from(data, pos + 8)
+        if (ftype != EAGER or ctx != context or (mtag != tag and tag != -1)
+                or (dest is not None and nbytes > len(dest)) or frame_len & 63 or not frame_len):
+            return None
+        at = pos + poff
+        payload: bytes | None = None
+        if dest is None:
+            payload = bytes(data[at : at + nbytes])
+        elif nbytes:
+            dest[:nbytes] = data[at : at + nbytes]
+        tail = p.rx_tail + frame_len
+        p.rx_tail = tail
+        ctl[p.rx_tail_w] = tail
+        p.rx_idx = (tail % self.ring_bytes) >> 3
+        p.rx_expect = (tail + 1) ^ p.rx_key
+        if p.ctl[_W_SLEEP]:
+            self._ring_bell(p)
+        return mtag, flags, nbytes, payload
+
+    @property
+    def _out_pending(self) -> bool:
+        for p in self._active:  # noqa: SIM110 - a plain loop is cheaper than any() here
+            if p.out:
+                return True
+        return False
+
     def poll(self, deliver: Deliver) -> bool:
         did = False
         for p in self._active:
