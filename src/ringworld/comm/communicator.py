@@ -168,8 +168,13 @@ class Communicator:
             Timeout, PeerFailure: see :meth:`Request.wait`.
         """
         view = send_view(buf, "buf")
-        w = self._world(dest, "dest")
-        h = self._engine.isend(w, self.context, self._send_tag(tag), 0, (view,), len(view))
+        if type(dest) is int and 0 <= dest < self.size:
+            w = self._ranks[dest]
+        else:
+            w = self._world(dest, "dest")
+        if type(tag) is not int or not 0 <= tag <= TAG_UB:
+            tag = self._send_tag(tag)
+        h = self._engine.isend(w, self.context, tag, 0, (view,), len(view))
         if not h.done:
             SendRequest(self._engine, h, w, view).wait(timeout)
 
@@ -193,10 +198,18 @@ class Communicator:
             TruncationError: the message is larger than ``buf`` (``buf`` is left untouched).
             Timeout, PeerFailure: see :meth:`Request.wait`.
         """
-        view = recv_view(buf, "buf")
+        try:  # the common case inline: a flat writable byte buffer
+            view = memoryview(buf)
+            if view.readonly or view.ndim != 1 or view.format != "B":
+                view = recv_view(buf, "buf")
+        except TypeError:
+            view = recv_view(buf, "buf")  # raises with a clear message
         engine = self._engine
-        src = self._source(source)
-        rtag = self._recv_tag(tag)
+        if type(source) is int and 0 <= source < self.size:
+            src = self._ranks[source]
+        else:
+            src = self._source(source)
+        rtag = tag if type(tag) is int and 0 <= tag <= TAG_UB else self._recv_tag(tag)
         if src >= 0:
             got = engine.take_direct(self.context, src, rtag, view, RECV_SPIN)
             if got is not None:

@@ -541,7 +541,9 @@ class ShmTransport(Transport):
 
     def isend(self, dest: int, context: int, tag: int, flags: int,
               segments: Sequence[memoryview], nbytes: int) -> SendHandle:
-        p = self._peer(dest)
+        p = self._peers[dest] if 0 <= dest < self.size else None
+        if p is None or p.dead:
+            p = self._peer(dest)  # raises the right error
         if nbytes <= self.eager_bytes:
             if not p.out:
                 # fast path of _write_frame: room before the end of the ring and below the
@@ -666,13 +668,14 @@ class ShmTransport(Transport):
     def take_eager(self, source: int, context: int, tag: int,
                    dest: memoryview | None) -> tuple[int, int, int, bytes | None] | int | None:
         p = self._peers[source]
-        ctl = self._my_ctl
-        if p is None or p.dead or ctl is None or self._out_pending:
+        if p is None:
             return None
-        q = p.rx_q
         idx = p.rx_idx
-        if q[idx] != p.rx_expect:
-            return 0
+        if p.rx_q[idx] != p.rx_expect:
+            return 0  # the cheap, frequent answer while spinning
+        ctl = self._my_ctl
+        if p.dead or ctl is None or self._out_pending:
+            return None
         data = p.rx_data
         pos = idx << 3
         ftype, flags, _, ctx, frame_len, poff, mtag, nbytes = FRAME.unpack_from(data, pos + 8)
