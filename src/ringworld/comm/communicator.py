@@ -285,8 +285,11 @@ class Communicator:
         if src >= 0:
             got = engine.take_direct(self.context, src, rtag, None, RECV_SPIN)
             if got is not None:
-                assert got[3] is not None
-                return objects.decode(memoryview(got[3]), got[1])
+                payload = got[3]
+                assert payload is not None
+                if got[1] == objects.FLAG_OBJ:
+                    return pickle.loads(payload)
+                return objects.decode(memoryview(payload), got[1])
         req = ObjectRecvRequest(engine, self.context, src, rtag, None, self._to_comm)
         engine.post(req)
         if not req._done:
