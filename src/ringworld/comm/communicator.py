@@ -15,7 +15,7 @@ import operator
 import pickle
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from ringworld.comm import objects
 from ringworld.comm.engine import RECV_SPIN, SELF_CONTEXT, Engine
@@ -31,6 +31,9 @@ from ringworld.comm.requests import (
     _new_status,
     wait_all,
 )
+
+
+T = TypeVar("T")
 
 
 def send_view(buf: Any, name: str = "buf") -> memoryview:
@@ -214,13 +217,8 @@ class Communicator:
             got = engine.take_direct(self.context, src, rtag, view, RECV_SPIN)
             if got is not None:
                 return _new_status(Status, (self._to_comm(src), got[0], got[2], False))
-        req = BufferRecvRequest(engine, self.context, src, rtag, view, self._to_comm)
-        engine.post(req)
-        if not req._done:
-            engine.spin(req, RECV_SPIN)
-            if not req._done:
-                return req.wait_or_cancel(timeout)
-        return req._value()
+        return _post_and_wait(
+            BufferRecvRequest(engine, self.context, src, rtag, view, self._to_comm), timeout)
 
     def sendrecv(self, sendbuf: Any, dest: int, recvbuf: Any, source: int = ANY_SOURCE,
                  sendtag: int = 0, recvtag: int = ANY_TAG, *,
@@ -290,13 +288,8 @@ class Communicator:
                 if got[1] == objects.FLAG_OBJ:
                     return pickle.loads(payload)
                 return objects.decode(memoryview(payload), got[1])
-        req = ObjectRecvRequest(engine, self.context, src, rtag, None, self._to_comm)
-        engine.post(req)
-        if not req._done:
-            engine.spin(req, RECV_SPIN)
-            if not req._done:
-                return req.wait_or_cancel(timeout)
-        return req._value()
+        return _post_and_wait(
+            ObjectRecvRequest(engine, self.context, src, rtag, None, self._to_comm), timeout)
 
     def sendrecv_obj(self, obj: Any, dest: int, source: int = ANY_SOURCE, sendtag: int = 0,
                      recvtag: int = ANY_TAG, *, timeout: float | None = None) -> Any:
@@ -360,6 +353,17 @@ class Communicator:
             h = engine.isend(to, self.coll_context, tag, 0, (empty,), 0)
             wait_all([r, SendRequest(engine, h, to)], timeout)
             dist *= 2
+
+
+def _post_and_wait(req: RecvRequest[T], timeout: float | None) -> T:
+    """Post a blocking receive, spin briefly, then wait; withdraw it on timeout or failure."""
+    engine = req._engine
+    engine.post(req)
+    if not req._done:
+        engine.spin(req, RECV_SPIN)
+        if not req._done:
+            return req.wait_or_cancel(timeout)
+    return req._value()
 
 
 class ObjectRecvRequest(RecvRequest[Any]):
