@@ -32,7 +32,6 @@ from ringworld.comm.requests import (
     wait_all,
 )
 
-
 T = TypeVar("T")
 
 
