@@ -56,11 +56,7 @@ HELLO = struct.Struct("<HHII")  # magic, version, rank, world size
 #: sanity bound on one message; a header claiming more is a protocol error.
 MAX_MESSAGE_BYTES = 1 << 40
 #: SO_SNDBUF / SO_RCVBUF requested for every peer socket.
-SOCKET_BUFFER_BYTES = int(__import__("os").environ.get("RW_TCP_BUF", 4 << 20))
-_X_CHUNK = int(__import__("os").environ.get("RW_TCP_CHUNK", 0))
-_X_RWAIT = float(__import__("os").environ.get("RW_TCP_RWAIT", 0))
-_X_SWAIT = float(__import__("os").environ.get("RW_TCP_SWAIT", 0))
-_X_QACK = int(__import__("os").environ.get("RW_TCP_QACK", 0))
+SOCKET_BUFFER_BYTES = 4 << 20
 #: seconds an accepted bootstrap connection gets to authenticate and say hello.
 HANDSHAKE_TIMEOUT = 10.0
 
@@ -316,11 +312,6 @@ class TcpTransport(Transport):
             try:
                 sent = peer.sock.sendmsg(batch, (), _NOSIGNAL)
             except (BlockingIOError, InterruptedError):
-                if _X_SWAIT and not progressed:
-                    import select as _s
-                    _p = _s.poll(); _p.register(peer.sock, _s.POLLOUT)
-                    _p.poll(_X_SWAIT)
-                    _X_SWAIT_DONE = True
                 break
             except OSError as exc:
                 self._fail(peer, f"connection reset while sending ({exc})", exc)
@@ -395,17 +386,7 @@ class TcpTransport(Transport):
                     if budget <= 0:
                         return progressed
                     if need >= _DIRECT_BYTES:
-                        v = target[peer.tpos :]
-                        if _X_CHUNK:
-                            v = v[:_X_CHUNK]
-                        n = self._recv(peer, v)
-                        if n == 0 and _X_RWAIT:
-                            import select as _s
-                            _p = _s.poll(); _p.register(peer.sock, _s.POLLIN)
-                            _p.poll(_X_RWAIT)
-                            n = self._recv(peer, v)
-                        if _X_QACK:
-                            peer.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)
+                        n = self._recv(peer, target[peer.tpos :])
                         peer.tpos += n
                     else:
                         n = self._fill(peer)
@@ -517,8 +498,6 @@ class TcpTransport(Transport):
 
 
 def _size_buffers(sock: socket.socket) -> None:
-    if SOCKET_BUFFER_BYTES <= 0:
-        return
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER_BYTES)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER_BYTES)
 
