@@ -208,11 +208,15 @@ def test_wait_event_wakes_on_arrival(pair: list[Transport]) -> None:
     assert bytes(sink.got[0][4]) == b"wake"
 
 
-def test_close_is_idempotent(kind: str) -> None:
+def test_close_is_idempotent_and_later_use_is_a_transport_error(kind: str) -> None:
+    from ringworld.errors import TransportError
+
     ts = world(kind, 2)
     for t in ts:
         t.close()
         t.close()
+    with pytest.raises(TransportError):
+        ts[0].isend(1, 0, 0, 0, [memoryview(b"late")], 4)
 
 
 def test_sizes_beyond_4_gib_fit_the_wire_formats() -> None:

@@ -116,7 +116,8 @@ class Engine:
             CommBroken: the engine failed earlier.
             PeerFailure: ``dest`` is known to have failed.
         """
-        self._check_broken()
+        if self.broken is not None:
+            self._check_broken()
         t = self.route[dest]
         if t is None:  # a message to ourselves: copy now, so the send completes at once
             inc = BufferedIncoming(dest, context, tag, flags, nbytes)

@@ -456,6 +456,8 @@ class ShmTransport(Transport):
         p = self._peers[dest] if 0 <= dest < self.size else None
         if p is not None and not p.dead:
             return p
+        if self._closed:
+            raise TransportError("the shared-memory transport is closed")
         if p is None:
             raise ValueError(f"dest={dest} is not a peer of this shared-memory transport")
         if p.dead:
