@@ -38,7 +38,7 @@ class Config:
     timeout: float | None = None
     bind: str = "127.0.0.1"
     shm_ring_bytes: int | None = None
-    eager_bytes: int = 32768
+    eager_bytes: int = 131072
 
     @property
     def launched(self) -> bool:
@@ -113,7 +113,7 @@ def from_env(env: Mapping[str, str] | None = None) -> Config:
     if store_addr is not None and not secret:
         raise ConfigError("RINGWORLD_STORE is set but no job secret was given "
                           "(RINGWORLD_SECRET_FD or RINGWORLD_SECRET)")
-    eager = _int(e, "RINGWORLD_EAGER_BYTES", 32768)
+    eager = _int(e, "RINGWORLD_EAGER_BYTES", 131072)
     assert eager is not None
     if eager < 0:
         raise ConfigError(f"RINGWORLD_EAGER_BYTES={eager} must be >= 0")
