@@ -35,6 +35,7 @@ from collections import deque
 from collections.abc import Sequence
 from types import TracebackType
 
+from ringworld._sockutil import consume_sent
 from ringworld.auth import accept_handshake, connect_handshake
 from ringworld.errors import AuthenticationError, StoreError, StoreTimeout
 from ringworld.store.base import Store
@@ -540,7 +541,7 @@ class TCPStoreServer:
             while out:
                 batch = list(itertools.islice(out, _IOV_BATCH))
                 sent = conn.sock.sendmsg(batch)
-                _consume(out, sent)
+                consume_sent(out, sent)
                 if sent < sum(len(b) for b in batch):
                     break  # the socket buffer is full: wait for writability
         except (BlockingIOError, InterruptedError):
@@ -558,19 +559,7 @@ def _send_all(sock: socket.socket, views: list[memoryview]) -> None:
     """Send every byte of ``views`` with gathered ``sendmsg`` calls (no joining)."""
     pending = deque(v for v in views if len(v))
     while pending:
-        _consume(pending, sock.sendmsg(list(itertools.islice(pending, _IOV_BATCH))))
-
-
-def _consume(pending: deque[memoryview], sent: int) -> None:
-    """Drop the first ``sent`` bytes from the views in ``pending``."""
-    while sent:
-        head = pending[0]
-        if sent >= len(head):
-            sent -= len(head)
-            pending.popleft()
-        else:
-            pending[0] = head[sent:]
-            return
+        consume_sent(pending, sock.sendmsg(list(itertools.islice(pending, _IOV_BATCH))))
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytes:

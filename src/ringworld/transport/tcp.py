@@ -29,6 +29,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import NoReturn
 
+from ringworld._sockutil import consume_sent
 from ringworld.auth import accept_handshake, connect_handshake
 from ringworld.errors import (
     AuthenticationError,
@@ -148,18 +149,6 @@ class _TcpIncoming(Incoming):
         peer.on_done = None
         peer.buffered = kept
         return kept
-
-
-def _consume(pending: deque[memoryview], sent: int) -> None:
-    """Drop the first ``sent`` bytes from the views in ``pending``."""
-    while sent:
-        head = pending[0]
-        if sent >= len(head):
-            sent -= len(head)
-            pending.popleft()
-        else:
-            pending[0] = head[sent:]
-            return
 
 
 class TcpTransport(Transport):
@@ -292,7 +281,7 @@ class TcpTransport(Transport):
                 return DONE
         pending = deque([memoryview(header)])
         pending.extend(s if s.ndim == 1 and s.format == "B" else s.cast("B") for s in segments)
-        _consume(pending, sent)
+        consume_sent(pending, sent)
         peer.sendq.extend(pending)
         peer.queued += HEADER.size + nbytes - sent
         handle = SendHandle()
@@ -315,7 +304,7 @@ class TcpTransport(Transport):
                 break
             except OSError as exc:
                 self._fail(peer, f"connection reset while sending ({exc})", exc)
-            _consume(q, sent)
+            consume_sent(q, sent)
             peer.sent += sent
             progressed = progressed or sent > 0
             if sent < offered:
