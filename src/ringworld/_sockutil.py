@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from collections import deque
 
 
@@ -15,3 +16,21 @@ def consume_sent(pending: deque[memoryview], sent: int) -> None:
         else:
             pending[0] = head[sent:]
             return
+
+
+def recv_exact(sock: socket.socket, n: int, closed: str) -> bytes:
+    """Read exactly ``n`` bytes from a blocking socket.
+
+    Raises:
+        ConnectionResetError: the peer closed first; the message is ``closed``.
+        OSError: the socket failed (including a socket timeout).
+    """
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        k = sock.recv_into(view[got:], n - got)
+        if k == 0:
+            raise ConnectionResetError(closed)
+        got += k
+    return bytes(buf)

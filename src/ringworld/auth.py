@@ -17,6 +17,7 @@ import hmac
 import os
 import socket
 
+from ringworld._sockutil import recv_exact
 from ringworld.errors import AuthenticationError
 
 MAGIC = b"RWAUTH01"
@@ -25,15 +26,10 @@ _MAC = 32
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray(n)
-    view = memoryview(buf)
-    got = 0
-    while got < n:
-        k = sock.recv_into(view[got:], n - got)
-        if k == 0:
-            raise AuthenticationError("connection closed during authentication")
-        got += k
-    return bytes(buf)
+    try:
+        return recv_exact(sock, n, "connection closed during authentication")
+    except ConnectionResetError as exc:
+        raise AuthenticationError(str(exc)) from exc
 
 
 def _mac(secret: bytes, label: bytes, a: bytes, b: bytes) -> bytes:

@@ -35,7 +35,7 @@ from collections import deque
 from collections.abc import Sequence
 from types import TracebackType
 
-from ringworld._sockutil import consume_sent
+from ringworld._sockutil import consume_sent, recv_exact
 from ringworld.auth import accept_handshake, connect_handshake
 from ringworld.errors import AuthenticationError, StoreError, StoreTimeout
 from ringworld.store.base import Store
@@ -562,16 +562,7 @@ def _send_all(sock: socket.socket, views: list[memoryview]) -> None:
         consume_sent(pending, sock.sendmsg(list(itertools.islice(pending, _IOV_BATCH))))
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray(n)
-    view = memoryview(buf)
-    got = 0
-    while got < n:
-        k = sock.recv_into(view[got:])
-        if k == 0:
-            raise ConnectionResetError("the store server closed the connection")
-        got += k
-    return bytes(buf)
+_SERVER_CLOSED = "the store server closed the connection"
 
 
 class TCPStore(Store):
@@ -697,7 +688,7 @@ class TCPStore(Store):
 
     def _read_reply(self, sock: socket.socket) -> tuple[int, bytes, int]:
         magic, version, status, value_len, total = RESPONSE.unpack(
-            _recv_exact(sock, RESPONSE.size))
+            recv_exact(sock, RESPONSE.size, _SERVER_CLOSED))
         if magic != RESPONSE_MAGIC:
             raise ConnectionError("the store sent a reply with a bad magic")
         if version != VERSION:
@@ -707,7 +698,7 @@ class TCPStore(Store):
             raise ConnectionError(f"the store sent an unknown status {status}")
         if value_len > MAX_VALUE_BYTES + MAX_KEYS_BYTES:
             raise ConnectionError(f"the store sent an oversized reply ({value_len} bytes)")
-        return status, _recv_exact(sock, value_len), total
+        return status, recv_exact(sock, value_len, _SERVER_CLOSED), total
 
     def set(self, key: str, value: bytes) -> None:
         """Store ``value`` under ``key`` (at most :data:`MAX_VALUE_BYTES`). One round trip.

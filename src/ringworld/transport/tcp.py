@@ -46,7 +46,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import NoReturn
 
-from ringworld._sockutil import consume_sent
+from ringworld._sockutil import consume_sent, recv_exact
 from ringworld.auth import accept_handshake, connect_handshake
 from ringworld.errors import (
     AuthenticationError,
@@ -660,16 +660,7 @@ def _size_buffers(sock: socket.socket) -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray(n)
-    view = memoryview(buf)
-    got = 0
-    while got < n:
-        k = sock.recv_into(view[got:])
-        if k == 0:
-            raise ConnectionResetError("connection closed during the hello exchange")
-        got += k
-    return bytes(buf)
+_HELLO_CLOSED = "connection closed during the hello exchange"
 
 
 def _check_hello(raw: bytes, size: int) -> int:
@@ -722,7 +713,7 @@ def _connect_peer(
         except AuthenticationError as exc:
             raise AuthenticationError(f"rank {rank} -> rank {peer}: {exc}") from exc
         sock.sendall(HELLO.pack(HELLO_MAGIC, VERSION, rank, size))
-        answer = _check_hello(_recv_exact(sock, HELLO.size), size)
+        answer = _check_hello(recv_exact(sock, HELLO.size, _HELLO_CLOSED), size)
         if answer != peer:
             raise ConnectionError(f"the listener at {host}:{port} is rank {answer}")
     except OSError as exc:
@@ -759,7 +750,7 @@ def _accept_peers(
             budget = left()
             conn.settimeout(HANDSHAKE_TIMEOUT if budget is None else min(budget, HANDSHAKE_TIMEOUT))
             accept_handshake(conn, secret)
-            peer = _check_hello(_recv_exact(conn, HELLO.size), size)
+            peer = _check_hello(recv_exact(conn, HELLO.size, _HELLO_CLOSED), size)
             if peer not in expected:
                 raise ConnectionError(f"unexpected or duplicate rank {peer}")
             conn.sendall(HELLO.pack(HELLO_MAGIC, VERSION, rank, size))
