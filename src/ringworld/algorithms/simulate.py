@@ -1,0 +1,126 @@
+"""Run the schedules of all ranks of a collective in one process, with no transport.
+
+This is how schedules are checked without starting processes: every rank's program runs with
+rendezvous semantics (a transfer completes only when both its send and its receive are posted;
+k-th send from a to b matches b's k-th receive from a), so a schedule that could deadlock on a
+real transport deadlocks here too and is reported. It also checks that matched messages have
+equal sizes, that no message is left unreceived, and that a step never receives into memory it
+is sending from or receiving into twice.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ringworld.algorithms.schedule import COPY, Schedule, Xfer
+from ringworld.comm.ops import Op
+
+
+class ScheduleError(AssertionError):
+    """A schedule deadlocked, mismatched a message size or raced on its own buffers."""
+
+
+Buffers = list[np.ndarray[Any, Any]]
+
+
+def _overlaps(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> bool:
+    return a.size > 0 and b.size > 0 and bool(np.shares_memory(a, b))
+
+
+def run(schedules: Sequence[Schedule], buffers: Sequence[Buffers], op: Op | None = None,
+        transfers: Callable[[int, int, int, int], None] | None = None) -> None:
+    """Execute ``schedules[r]`` on ``buffers[r]`` for every rank r; TMP buffers are added.
+
+    ``buffers[r]`` is [SEND, RECV, ...extra]; SEND may alias RECV (in-place). ``transfers``, if
+    given, is told (source, dest, bytes, round) for every message.
+
+    Raises:
+        ScheduleError: deadlock, size mismatch, leftover message or a racing step.
+    """
+    p = len(schedules)
+    bufs: list[Buffers] = []
+    for r in range(p):
+        b: Buffers = list(buffers[r])
+        dtype = b[1].dtype if len(b) > 1 else np.dtype(np.uint8)
+        tmp = np.full(schedules[r].tmp, 0, dtype=dtype)
+        bufs.append([b[0], b[1], tmp, *b[2:]])
+    pos = [0] * p
+    posted = [False] * p
+    sends: defaultdict[tuple[int, int], list[tuple[int, np.ndarray[Any, Any]]]] = defaultdict(list)
+    recvs: defaultdict[tuple[int, int], list[tuple[int, np.ndarray[Any, Any]]]] = defaultdict(list)
+    matched: defaultdict[tuple[int, int], int] = defaultdict(int)
+    open_count = [0] * p
+    rnd = 0
+
+    def view(r: int, x: Xfer) -> np.ndarray[Any, Any]:
+        arr = bufs[r][x.buf]
+        if x.start < 0 or x.start + x.length > arr.size:
+            raise ScheduleError(f"rank {r}: slice {x} outside buffer {x.buf} of {arr.size}")
+        return arr[x.start : x.start + x.length]
+
+    while True:
+        progress = False
+        for r in range(p):
+            steps = schedules[r].steps
+            if pos[r] < len(steps) and not posted[r]:
+                s = steps[pos[r]]
+                rv = [view(r, x) for x in s.recvs]
+                sv = [view(r, x) for x in s.sends]
+                for i, av in enumerate(rv):
+                    for bv in rv[i + 1:] + sv:
+                        if _overlaps(av, bv):
+                            raise ScheduleError(f"rank {r} step {pos[r]}: receive {s.recvs[i]}"
+                                                " overlaps another transfer of the step")
+                for x, v in zip(s.recvs, rv, strict=True):
+                    recvs[(x.peer, r)].append((r, v))
+                for x, v in zip(s.sends, sv, strict=True):
+                    sends[(r, x.peer)].append((r, v))
+                open_count[r] = len(rv) + len(sv)
+                posted[r] = True
+                progress = True
+        for key in set(sends) | set(recvs):
+            sq, rq = sends[key], recvs[key]
+            k = matched[key]
+            while k < len(sq) and k < len(rq):
+                (sr, sdata), (rr, rdata) = sq[k], rq[k]
+                if sdata.size != rdata.size:
+                    raise ScheduleError(f"message {k} from rank {key[0]} to {key[1]}: "
+                                        f"{sdata.size} elements sent, {rdata.size} expected")
+                rdata[...] = sdata
+                if transfers is not None:
+                    transfers(key[0], key[1], sdata.nbytes, rnd)
+                open_count[sr] -= 1
+                open_count[rr] -= 1
+                k += 1
+                progress = True
+            matched[key] = k
+        for r in range(p):
+            if posted[r] and open_count[r] == 0:
+                for loc in schedules[r].steps[pos[r]].locals:
+                    dst = bufs[r][loc.dbuf][loc.dstart : loc.dstart + loc.length]
+                    src = bufs[r][loc.sbuf][loc.sstart : loc.sstart + loc.length]
+                    if dst.size != loc.length or src.size != loc.length:
+                        raise ScheduleError(f"rank {r}: local {loc} outside its buffers")
+                    if loc.kind == COPY:
+                        dst[...] = src
+                    else:
+                        if op is None:
+                            raise ScheduleError("schedule reduces but no op was given")
+                        op.reduce_into(dst, src, loc.src_left)
+                pos[r] += 1
+                posted[r] = False
+                progress = True
+        rnd += 1
+        if all(pos[r] == len(schedules[r].steps) for r in range(p)):
+            break
+        if not progress:
+            stuck = {r: pos[r] for r in range(p) if pos[r] < len(schedules[r].steps)}
+            raise ScheduleError(f"deadlock: ranks stuck at steps {stuck}")
+    for key in set(sends) | set(recvs):
+        if len(sends[key]) != len(recvs[key]):
+            raise ScheduleError(f"{len(sends[key])} messages from rank {key[0]} to {key[1]} "
+                                f"but {len(recvs[key])} receives")
