@@ -6,6 +6,7 @@ Start a job with ``ringworld run -n 4 python script.py``; in the script::
     comm = ringworld.init()
     if comm.rank == 0:
         comm.send_obj("hello", dest=1)
+    total = np.empty(3); comm.allreduce(np.arange(3.0), total, ringworld.SUM)
 
 ``from ringworld import MPI`` gives an mpi4py-compatible layer over the same communicators.
 
@@ -30,7 +31,22 @@ _EXPORTS = {
     "test_any": "ringworld.comm.requests",
     "wait_all": "ringworld.comm.requests",
     "wait_any": "ringworld.comm.requests",
-    "Communicator": "ringworld.comm.communicator",
+    "Communicator": "ringworld.collective.communicator",
+    "IN_PLACE": "ringworld.collective.buffers",
+    "UNDEFINED": "ringworld.collective.communicator",
+    "Op": "ringworld.comm.ops",
+    "SUM": "ringworld.comm.ops",
+    "PROD": "ringworld.comm.ops",
+    "MAX": "ringworld.comm.ops",
+    "MIN": "ringworld.comm.ops",
+    "LAND": "ringworld.comm.ops",
+    "LOR": "ringworld.comm.ops",
+    "LXOR": "ringworld.comm.ops",
+    "BAND": "ringworld.comm.ops",
+    "BOR": "ringworld.comm.ops",
+    "BXOR": "ringworld.comm.ops",
+    "MAXLOC": "ringworld.comm.ops",
+    "MINLOC": "ringworld.comm.ops",
     "BootstrapError": "ringworld.errors",
     "CommBroken": "ringworld.errors",
     "CommError": "ringworld.errors",
@@ -50,12 +66,27 @@ _EXPORTS = {
 __all__ = [
     "ANY_SOURCE",
     "ANY_TAG",
+    "BAND",
+    "BOR",
+    "BXOR",
+    "IN_PLACE",
+    "LAND",
+    "LOR",
+    "LXOR",
+    "MAX",
+    "MAXLOC",
+    "MIN",
+    "MINLOC",
+    "PROD",
+    "SUM",
     "TAG_UB",
+    "UNDEFINED",
     "BootstrapError",
     "CommBroken",
     "CommError",
     "Communicator",
     "ConfigError",
+    "Op",
     "PeerFailure",
     "Request",
     "RingworldError",
@@ -76,7 +107,23 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from ringworld.comm.communicator import Communicator
+    from ringworld.collective.buffers import IN_PLACE
+    from ringworld.collective.communicator import UNDEFINED, Communicator
+    from ringworld.comm.ops import (
+        BAND,
+        BOR,
+        BXOR,
+        LAND,
+        LOR,
+        LXOR,
+        MAX,
+        MAXLOC,
+        MIN,
+        MINLOC,
+        PROD,
+        SUM,
+        Op,
+    )
     from ringworld.comm.requests import (
         ANY_SOURCE,
         ANY_TAG,

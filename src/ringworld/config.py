@@ -12,6 +12,8 @@ Variables (all optional; the launcher sets the first five for every rank):
 ``RINGWORLD_BIND``        address TCP listeners bind to (default ``127.0.0.1``).
 ``RINGWORLD_SHM_RING_BYTES``  bytes per shared-memory ring (default: sized from the world).
 ``RINGWORLD_EAGER_BYTES`` largest message sent without a rendezvous handshake.
+``RINGWORLD_ALGORITHMS``  forced collective algorithms, e.g. ``allreduce:ring,bcast:binomial``.
+``RINGWORLD_TUNING_FILE`` a JSON file of cost-model constants from ``ringworld tune``.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ class Config:
     bind: str = "127.0.0.1"
     shm_ring_bytes: int | None = None
     eager_bytes: int = 131072
+    algorithms: tuple[tuple[str, str], ...] = ()
+    tuning_file: str | None = None
 
     @property
     def launched(self) -> bool:
@@ -115,6 +119,7 @@ def from_env(env: Mapping[str, str] | None = None) -> Config:
                           "(RINGWORLD_SECRET_FD or RINGWORLD_SECRET)")
     eager = _int(e, "RINGWORLD_EAGER_BYTES", 131072)
     assert eager is not None
+    algorithms = parse_algorithms(e.get("RINGWORLD_ALGORITHMS", ""))
     if eager < 0:
         raise ConfigError(f"RINGWORLD_EAGER_BYTES={eager} must be >= 0")
     return Config(
@@ -128,4 +133,25 @@ def from_env(env: Mapping[str, str] | None = None) -> Config:
         bind=e.get("RINGWORLD_BIND", "127.0.0.1") or "127.0.0.1",
         shm_ring_bytes=_int(e, "RINGWORLD_SHM_RING_BYTES", None),
         eager_bytes=eager,
+        algorithms=algorithms,
+        tuning_file=e.get("RINGWORLD_TUNING_FILE") or None,
     )
+
+
+def parse_algorithms(text: str, name: str = "RINGWORLD_ALGORITHMS") -> tuple[tuple[str, str], ...]:
+    """Parse ``collective:algorithm`` pairs separated by commas (names are checked on use).
+
+    Raises:
+        ConfigError: an entry is not of the form ``collective:algorithm``.
+    """
+    out = []
+    for raw in text.replace(";", ",").split(","):
+        item = raw.strip()
+        if not item:
+            continue
+        coll, sep, algo = item.replace("=", ":").partition(":")
+        if not sep or not coll.strip() or not algo.strip():
+            raise ConfigError(f"{name}: {item!r} must look like collective:algorithm, "
+                              "e.g. allreduce:ring")
+        out.append((coll.strip().lower(), algo.strip().lower()))
+    return tuple(out)

@@ -12,11 +12,13 @@ import atexit
 import threading
 
 from ringworld import config as _config
-from ringworld.comm.communicator import Communicator
+from ringworld.collective.communicator import Communicator
 from ringworld.comm.engine import WORLD_CONTEXT, Engine
 from ringworld.errors import BootstrapError, ConfigError, RingworldError
 from ringworld.store.base import Store
 from ringworld.transport.base import Transport
+from ringworld.tuning import constants
+from ringworld.tuning.select import Selector
 
 _lock = threading.Lock()
 _world: Communicator | None = None
@@ -97,7 +99,8 @@ def init(*, transport: str | None = None, timeout: float | None = None) -> Commu
         engine = Engine(cfg.rank, cfg.size, route, timeout if timeout is not None else cfg.timeout)
         _engine = engine
         _store = store
-        _world = Communicator(engine, range(cfg.size), WORLD_CONTEXT, "world")
+        selector = Selector(constants.load(cfg.tuning_file), cfg.algorithms)
+        _world = Communicator(engine, range(cfg.size), WORLD_CONTEXT, "world", selector, kind)
         atexit.register(finalize)
         return _world
 

@@ -15,7 +15,7 @@ import operator
 import pickle
 import sys
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 from ringworld.comm import objects
 from ringworld.comm.engine import RECV_SPIN, SELF_CONTEXT, Engine
@@ -143,9 +143,66 @@ class Communicator:
             raise ValueError(f"tag={tag!r} must be ANY_TAG or an int in 0..{TAG_UB}")
         return tag
 
-    def self_comm(self) -> Communicator:
+    def self_comm(self) -> Self:
         """A communicator holding only this rank (MPI's COMM_SELF); no traffic to create."""
-        return Communicator(self._engine, (self._engine.rank,), SELF_CONTEXT, "self")
+        return type(self)(self._engine, (self._engine.rank,), SELF_CONTEXT, "self")
+
+    @property
+    def world_ranks(self) -> tuple[int, ...]:
+        """The world rank of each rank of this communicator, in rank order."""
+        return self._ranks
+
+    # ------------------------------------------------- the surface collectives are built on
+    def coll_isend(self, view: memoryview, dest: int, tag: int) -> SendRequest | None:
+        """Start sending ``view`` to rank ``dest`` on the collective context; None if done.
+
+        For collective algorithms: ``dest`` is trusted (a schedule's peer), ``tag`` is the
+        collective's sequence number, so concurrent collectives never match each other.
+        """
+        w = self._ranks[dest]
+        h = self._engine.isend(w, self.coll_context, tag, 0, (view,), len(view))
+        return None if h.done else SendRequest(self._engine, h, w, view)
+
+    def coll_irecv(self, view: memoryview, source: int, tag: int) -> BufferRecvRequest:
+        """Post a receive into ``view`` from rank ``source`` on the collective context."""
+        req = BufferRecvRequest(self._engine, self.coll_context, self._ranks[source], tag, view,
+                                self._to_comm)
+        self._engine.post(req)
+        return req
+
+    def coll_isend_obj(self, obj: Any, dest: int, tag: int) -> SendRequest | None:
+        """Start sending a picklable value on the collective context; None if done."""
+        w = self._ranks[dest]
+        segments, nbytes, flags, keep = objects.encode(obj)
+        h = self._engine.isend(w, self.coll_context, tag, flags, segments, nbytes)
+        return None if h.done else SendRequest(self._engine, h, w, (segments, keep))
+
+    def coll_irecv_obj(self, source: int, tag: int) -> Request[Any]:
+        """Post a receive of a value from rank ``source`` on the collective context."""
+        req = ObjectRecvRequest(self._engine, self.coll_context, self._ranks[source], tag, None,
+                                self._to_comm)
+        self._engine.post(req)
+        return req
+
+    def coll_isend_raw(self, segments: Sequence[memoryview], nbytes: int, flags: int,
+                       dest: int, tag: int, keep: object = None) -> SendRequest | None:
+        """Start sending an encoded value (see :mod:`ringworld.comm.objects`) as is."""
+        w = self._ranks[dest]
+        h = self._engine.isend(w, self.coll_context, tag, flags, segments, nbytes)
+        return None if h.done else SendRequest(self._engine, h, w, (segments, keep))
+
+    def coll_irecv_raw(self, source: int, tag: int) -> RawRecvRequest:
+        """Post a receive of an encoded value; ``wait()`` returns (flags, payload)."""
+        req = RawRecvRequest(self._engine, self.coll_context, self._ranks[source], tag, None,
+                             self._to_comm)
+        self._engine.post(req)
+        return req
+
+    def next_seq(self) -> int:
+        """The sequence number (tag) of this rank's next collective on this communicator."""
+        seq = self._coll_seq
+        self._coll_seq = (seq + 1) & TAG_UB
+        return seq
 
     # ------------------------------------------------------------------ buffers
     def isend(self, buf: Any, dest: int, tag: int = 0) -> Request[None]:
@@ -325,34 +382,6 @@ class Communicator:
         assert m is not None
         return Status(self._to_comm(m.source), m.tag, m.nbytes)
 
-    # ------------------------------------------------------------------ synchronisation
-    def barrier(self, *, timeout: float | None = None) -> None:
-        """Block until every rank of the communicator has entered the barrier.
-
-        Dissemination algorithm: ceil(log2(size)) rounds of one zero-byte message each way.
-
-        Raises:
-            Timeout, PeerFailure: as for receives.
-        """
-        seq = self._coll_seq
-        self._coll_seq += 1
-        size = self.size
-        if size == 1:
-            return
-        engine = self._engine
-        tag = seq & TAG_UB
-        empty = memoryview(b"")
-        sink = memoryview(bytearray(0))
-        dist = 1
-        while dist < size:
-            to = self._ranks[(self.rank + dist) % size]
-            frm = self._ranks[(self.rank - dist) % size]
-            r = BufferRecvRequest(engine, self.coll_context, frm, tag, sink, self._to_comm)
-            engine.post(r)
-            h = engine.isend(to, self.coll_context, tag, 0, (empty,), 0)
-            wait_all([r, SendRequest(engine, h, to)], timeout)
-            dist *= 2
-
 
 def _post_and_wait(req: RecvRequest[T], timeout: float | None) -> T:
     """Post a blocking receive, spin briefly, then wait; withdraw it on timeout or failure."""
@@ -380,3 +409,15 @@ class ObjectRecvRequest(RecvRequest[Any]):
                 self._result = objects.decode(self.dest, self.incoming_flags)
             self.dest = None  # the value owns the buffers it needs
         return self._result
+
+
+class RawRecvRequest(RecvRequest[tuple[int, memoryview]]):
+    """A receive of an encoded value kept encoded; ``wait()`` returns (flags, payload)."""
+
+    __slots__ = ()
+
+    def _value(self) -> tuple[int, memoryview]:
+        if self._error is not None:
+            raise self._error
+        assert self.dest is not None
+        return self.incoming_flags, self.dest

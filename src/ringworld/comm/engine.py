@@ -55,6 +55,9 @@ class Engine:
         self.dead: dict[int, PeerFailure] = {}  # world rank -> how it failed
         self._deliver = self.deliver
         self._next_context = FIRST_FREE_CONTEXT
+        # nonblocking collectives in flight: advanced on every progress() call, so a rank
+        # blocked in any wait still forwards the data its peers need (MPI's progress rule)
+        self.background: list[Callable[[], object]] = []
 
     # ------------------------------------------------------------------ contexts
     def new_context(self) -> int:
@@ -62,6 +65,15 @@ class Engine:
         c = self._next_context
         self._next_context += 2
         return c
+
+    @property
+    def next_context(self) -> int:
+        """The lowest context id this rank has not used yet."""
+        return self._next_context
+
+    def reserve_contexts(self, first: int, pairs: int = 1) -> None:
+        """Mark ``pairs`` context pairs from ``first`` as used (ids agreed with other ranks)."""
+        self._next_context = max(self._next_context, first + 2 * pairs)
 
     # ------------------------------------------------------------------ matching
     def deliver(self, inc: Incoming) -> None:
@@ -162,6 +174,9 @@ class Engine:
             except TransportError as exc:
                 self._break(exc)
                 raise
+        if self.background:
+            for advance in tuple(self.background):
+                advance()
         return did
 
     def spin(self, req: RecvRequest[Any], polls: int) -> None:

@@ -1,0 +1,1 @@
+"""The collective API layer: the full :class:`Communicator` over algorithms and tuning."""

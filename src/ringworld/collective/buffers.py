@@ -1,0 +1,138 @@
+"""Argument checking for collective calls: buffers as flat numpy arrays, counts, displacements."""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+from typing import Any, Final
+
+import numpy as np
+
+Array = np.ndarray[Any, Any]
+
+
+class _InPlace:
+    """The ``IN_PLACE`` marker: take the input from the output buffer (MPI_IN_PLACE)."""
+
+    _instance: _InPlace | None = None
+
+    def __new__(cls) -> _InPlace:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "IN_PLACE"
+
+    def __reduce__(self) -> str:
+        return "IN_PLACE"
+
+
+IN_PLACE: Final = _InPlace()
+EMPTY_U8: Final[Array] = np.empty(0, dtype=np.uint8)
+
+
+def as_array(buf: Any, name: str, *, writable: bool = False) -> Array:
+    """``buf`` as a flat numpy array sharing its memory (no copy).
+
+    Raises:
+        TypeError: not a buffer, read-only when ``writable``, or an object dtype.
+        ValueError: not C-contiguous.
+    """
+    if isinstance(buf, np.ndarray):
+        a = buf
+    else:
+        if buf is None or buf is IN_PLACE:
+            raise TypeError(f"{name} is required here (got {buf!r})")
+        try:
+            a = np.asarray(memoryview(buf))
+        except TypeError:
+            raise TypeError(f"{name} must be a numpy array or support the buffer protocol, got "
+                            f"{type(buf).__name__}") from None
+    if a.dtype.hasobject:
+        raise TypeError(f"{name} has dtype object; use the *_obj methods for Python values")
+    if not a.flags.c_contiguous:
+        raise ValueError(f"{name} must be C-contiguous (got a strided array of shape {a.shape})")
+    if writable and not a.flags.writeable:
+        raise TypeError(f"{name} is read-only; pass a writable buffer such as a numpy array")
+    return a.reshape(-1)
+
+
+def same_dtype(a: Array, b: Array, an: str, bn: str) -> None:
+    """Raise TypeError unless ``a`` and ``b`` have the same dtype."""
+    if a.dtype != b.dtype:
+        raise TypeError(f"{an} has dtype {a.dtype} but {bn} has dtype {b.dtype}; they must match")
+
+
+def int_list(values: Any, size: int, name: str) -> tuple[int, ...]:
+    """``values`` as a tuple of ``size`` non-negative ints.
+
+    Raises:
+        TypeError / ValueError: naming ``name``.
+    """
+    try:
+        out = tuple(operator.index(v) for v in values)
+    except TypeError:
+        raise TypeError(f"{name} must be a sequence of {size} ints") from None
+    if len(out) != size:
+        raise ValueError(f"{name} has {len(out)} entries; the communicator has {size} ranks")
+    if any(v < 0 for v in out):
+        raise ValueError(f"{name} must not be negative: {list(out)}")
+    return out
+
+
+def layout(counts: Any, displs: Any, size: int, buf: Array, cname: str, dname: str,
+           bname: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Checked (counts, displs) for a v-collective; displs default to packed.
+
+    Raises:
+        ValueError: a block lies outside ``buf``.
+    """
+    c = int_list(counts, size, cname)
+    if displs is None:
+        d = []
+        at = 0
+        for v in c:
+            d.append(at)
+            at += v
+        dd = tuple(d)
+    else:
+        dd = int_list(displs, size, dname)
+    for i, (ci, di) in enumerate(zip(c, dd, strict=True)):
+        if di + ci > buf.size:
+            raise ValueError(f"block {i} ({cname}[{i}]={ci} at {dname}[{i}]={di}) lies outside "
+                             f"{bname} of {buf.size} elements")
+    return c, dd
+
+
+def blocks_of(buf: Array, size: int, name: str) -> int:
+    """Elements per rank of a buffer holding one block per rank.
+
+    Raises:
+        ValueError: its size is not a multiple of the communicator size.
+    """
+    if buf.size % size:
+        raise ValueError(f"{name} has {buf.size} elements, not a multiple of the communicator "
+                         f"size {size}")
+    return buf.size // size
+
+
+def check_len(buf: Array, expected: int, name: str, why: str) -> None:
+    """Raise ValueError unless ``buf`` has ``expected`` elements."""
+    if buf.size != expected:
+        raise ValueError(f"{name} has {buf.size} elements but {expected} are needed ({why})")
+
+
+def seq(values: Any, size: int, name: str) -> Sequence[Any]:
+    """``values`` as a list of exactly ``size`` items.
+
+    Raises:
+        TypeError / ValueError: naming ``name``.
+    """
+    try:
+        out = list(values)
+    except TypeError:
+        raise TypeError(f"{name} must be a sequence of {size} items") from None
+    if len(out) != size:
+        raise ValueError(f"{name} has {len(out)} items; the communicator has {size} ranks")
+    return out

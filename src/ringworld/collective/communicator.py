@@ -1,0 +1,694 @@
+"""The full communicator: point-to-point plus every collective, and communicator management.
+
+Buffer collectives take numpy arrays (or anything with the buffer protocol) of any contiguous
+dtype; counts come from the buffers' sizes, in elements. ``IN_PLACE`` as the send buffer takes
+the input from the receive buffer, as in MPI. Every collective has a blocking form and a
+nonblocking ``i`` form returning a :class:`Request`; several may be in flight at once on one
+communicator (each carries its own sequence number). ``algorithm=`` forces an algorithm by name
+(see :mod:`ringworld.algorithms.registry`); otherwise the cost model chooses, and the choice is
+left in :attr:`Communicator.last_algorithm`.
+
+Object collectives (``bcast_obj``, ``allreduce_obj``, ...) are in :class:`ObjectCollectives`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Self
+
+import numpy as np
+
+from ringworld.algorithms import executor, registry
+from ringworld.algorithms.schedule import Spec
+from ringworld.collective.buffers import (
+    EMPTY_U8,
+    IN_PLACE,
+    Array,
+    as_array,
+    blocks_of,
+    check_len,
+    int_list,
+    layout,
+    same_dtype,
+    seq,
+)
+from ringworld.collective.objects import ObjectCollectives
+from ringworld.comm import ops
+from ringworld.comm.communicator import _as_int
+from ringworld.comm.engine import Engine
+from ringworld.comm.ops import Op
+from ringworld.comm.requests import CompletedRequest, Request
+from ringworld.errors import CommError
+from ringworld.tuning import constants
+from ringworld.tuning.select import Selector
+
+UNDEFINED = -32766  # split color of ranks that want no new communicator (MPI_UNDEFINED)
+
+OpLike = Op | str
+
+
+class Communicator(ObjectCollectives):
+    """A group of ranks with point-to-point messaging and the full collective set."""
+
+    def __init__(self, engine: Engine, ranks: Sequence[int], context: int, name: str = "",
+                 selector: Selector | None = None, transport: str = "shm") -> None:
+        super().__init__(engine, ranks, context, name)
+        self.selector = selector or Selector(constants.DEFAULTS)
+        self.transport = transport if self.size > 1 else "self"
+        self.last_algorithm = ""
+        self._scratch = executor.Scratch()
+        self._freed = False
+
+    # ------------------------------------------------------------------ plumbing
+    def _choose(self, collective: str, nbytes: int, algorithm: str | None, *,
+                commutative: bool = True, equal_blocks: bool = True) -> str:
+        if self._freed:
+            raise CommError(f"{self.name} was freed; it cannot be used any more")
+        name = self.selector.choose(collective, self.size, nbytes, self.transport, algorithm,
+                                    commutative=commutative, equal_blocks=equal_blocks)
+        self.last_algorithm = name
+        return name
+
+    def _go(self, collective: str, algo: str, spec: Spec, arrays: Sequence[Array],
+            op: Op | None, blocking: bool, timeout: float | None,
+            finish: Callable[[], None] | None = None) -> Request[None]:
+        sched = registry.build(collective, algo, spec)
+        nbytes = max((a.nbytes for a in arrays), default=0)
+        what = f"{collective} ({algo}, {nbytes} bytes)"
+        if blocking:
+            if sched.steps:
+                executor.CollectiveRequest[None](self, sched, arrays, op, what, self._scratch,
+                                                 finish).wait(timeout)
+            else:
+                self.next_seq()
+                if finish is not None:
+                    finish()
+            return CompletedRequest(self._engine, None)
+        if not sched.steps:
+            self.next_seq()
+            if finish is not None:
+                finish()
+            return CompletedRequest(self._engine, None)
+        return executor.CollectiveRequest[None](self, sched, arrays, op, what, None, finish)
+
+    def _op(self, op: OpLike, *bufs: Array) -> Op:
+        o = ops.resolve(op)
+        for b in bufs:
+            if b.size:
+                o.check_dtype(b.dtype, "the buffers")
+                break
+        return o
+
+    def _root(self, root: int) -> int:
+        self._world(root, "root")  # validates
+        return int(root)
+
+    # ------------------------------------------------------------------ barrier
+    def barrier(self, *, algorithm: str | None = None, timeout: float | None = None) -> None:
+        """Block until every rank has entered the barrier (dissemination: log2 p rounds).
+
+        Raises:
+            Timeout, PeerFailure: a rank did not arrive in time or failed.
+        """
+        self._barrier(algorithm, True, timeout)
+
+    def ibarrier(self, *, algorithm: str | None = None) -> Request[None]:
+        """Start a barrier; the request completes once every rank has entered it."""
+        return self._barrier(algorithm, False, None)
+
+    def _barrier(self, algorithm: str | None, blocking: bool,
+                 timeout: float | None) -> Request[None]:
+        algo = self._choose("barrier", 0, algorithm)
+        return self._go("barrier", algo, Spec(self.size, self.rank), [], None, blocking, timeout)
+
+    # ------------------------------------------------------------------ bcast
+    def bcast(self, buf: Any, root: int = 0, *, algorithm: str | None = None,
+              timeout: float | None = None) -> None:
+        """Copy ``buf`` of ``root`` into ``buf`` of every rank.
+
+        Cost: binomial tree for small messages, pipelined ring or scatter+allgather for large.
+
+        Raises:
+            TypeError / ValueError: bad ``buf``, ``root`` or ``algorithm``.
+            Timeout, PeerFailure, TruncationError (ranks disagree on the size).
+        """
+        self._bcast(buf, root, algorithm, True, timeout)
+
+    def ibcast(self, buf: Any, root: int = 0, *, algorithm: str | None = None) -> Request[None]:
+        """Start a broadcast; ``buf`` must not be touched until the request completes."""
+        return self._bcast(buf, root, algorithm, False, None)
+
+    def _bcast(self, buf: Any, root: int, algorithm: str | None, blocking: bool,
+               timeout: float | None) -> Request[None]:
+        root = self._root(root)
+        a = as_array(buf, "buf", writable=self.rank != root)
+        algo = self._choose("bcast", a.nbytes, algorithm)
+        seg = max(1, self.selector.segment_bytes // max(1, a.itemsize))
+        return self._go("bcast", algo, Spec(self.size, self.rank, a.size, root, segment=seg),
+                        [EMPTY_U8.view(a.dtype), a], None, blocking, timeout)
+
+    # ------------------------------------------------------------------ reductions
+    def reduce(self, sendbuf: Any, recvbuf: Any, op: OpLike = ops.SUM, root: int = 0, *,
+               algorithm: str | None = None, timeout: float | None = None) -> None:
+        """Combine every rank's ``sendbuf`` with ``op`` into ``recvbuf`` of ``root``.
+
+        ``recvbuf`` matters only at the root (None elsewhere); ``IN_PLACE`` at the root takes
+        its input from ``recvbuf``.
+
+        Raises:
+            TypeError / ValueError: bad buffers, op, root or algorithm.
+            Timeout, PeerFailure, TruncationError.
+        """
+        self._reduce(sendbuf, recvbuf, op, root, algorithm, True, timeout)
+
+    def ireduce(self, sendbuf: Any, recvbuf: Any, op: OpLike = ops.SUM, root: int = 0, *,
+                algorithm: str | None = None) -> Request[None]:
+        """Start a reduce; buffers must not be touched until the request completes."""
+        return self._reduce(sendbuf, recvbuf, op, root, algorithm, False, None)
+
+    def _reduce(self, sendbuf: Any, recvbuf: Any, op: OpLike, root: int, algorithm: str | None,
+                blocking: bool, timeout: float | None) -> Request[None]:
+        root = self._root(root)
+        if self.rank == root:
+            rb = as_array(recvbuf, "recvbuf", writable=True)
+            sb = rb if sendbuf is IN_PLACE else as_array(sendbuf, "sendbuf")
+            same_dtype(sb, rb, "sendbuf", "recvbuf")
+            check_len(rb, sb.size, "recvbuf", "the size of sendbuf")
+        else:
+            sb = as_array(sendbuf, "sendbuf")
+            rb = EMPTY_U8.view(sb.dtype)
+        o = self._op(op, sb)
+        algo = self._choose("reduce", sb.nbytes, algorithm, commutative=o.commutative)
+        return self._go("reduce", algo, Spec(self.size, self.rank, sb.size, root,
+                                             commutative=o.commutative),
+                        [sb, rb], o, blocking, timeout)
+
+    def allreduce(self, sendbuf: Any, recvbuf: Any, op: OpLike = ops.SUM, *,
+                  algorithm: str | None = None, timeout: float | None = None) -> None:
+        """Combine every rank's ``sendbuf`` with ``op``; every rank gets the result.
+
+        ``sendbuf`` may be ``IN_PLACE`` (input taken from ``recvbuf``). Results are bitwise
+        identical on every rank. Cost: recursive doubling for small vectors, Rabenseifner or
+        ring (2n(p-1)/p bytes sent per rank) for large ones.
+
+        Raises:
+            TypeError / ValueError: bad buffers, op or algorithm.
+            Timeout, PeerFailure, TruncationError.
+        """
+        self._allreduce(sendbuf, recvbuf, op, algorithm, True, timeout)
+
+    def iallreduce(self, sendbuf: Any, recvbuf: Any, op: OpLike = ops.SUM, *,
+                   algorithm: str | None = None) -> Request[None]:
+        """Start an allreduce; buffers must not be touched until the request completes."""
+        return self._allreduce(sendbuf, recvbuf, op, algorithm, False, None)
+
+    def _allreduce(self, sendbuf: Any, recvbuf: Any, op: OpLike, algorithm: str | None,
+                   blocking: bool, timeout: float | None) -> Request[None]:
+        rb = as_array(recvbuf, "recvbuf", writable=True)
+        sb = rb if sendbuf is IN_PLACE else as_array(sendbuf, "sendbuf")
+        same_dtype(sb, rb, "sendbuf", "recvbuf")
+        check_len(rb, sb.size, "recvbuf", "the size of sendbuf")
+        o = self._op(op, rb)
+        algo = self._choose("allreduce", rb.nbytes, algorithm, commutative=o.commutative)
+        return self._go("allreduce", algo, Spec(self.size, self.rank, rb.size,
+                                                commutative=o.commutative),
+                        [sb, rb], o, blocking, timeout)
+
+    def reduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: OpLike = ops.SUM, *,
+                             algorithm: str | None = None,
+                             timeout: float | None = None) -> None:
+        """Reduce ``sendbuf`` (p blocks of ``len(recvbuf)``) and give rank i block i.
+
+        With ``IN_PLACE`` the input is ``recvbuf`` (p blocks) and the result its first block.
+
+        Raises:
+            TypeError / ValueError, Timeout, PeerFailure, TruncationError.
+        """
+        self._reduce_scatter(sendbuf, recvbuf, None, op, algorithm, True, timeout)
+
+    def ireduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: OpLike = ops.SUM, *,
+                              algorithm: str | None = None) -> Request[None]:
+        """Start a reduce_scatter_block."""
+        return self._reduce_scatter(sendbuf, recvbuf, None, op, algorithm, False, None)
+
+    def reduce_scatter(self, sendbuf: Any, recvbuf: Any, counts: Sequence[int],
+                       op: OpLike = ops.SUM, *, algorithm: str | None = None,
+                       timeout: float | None = None) -> None:
+        """Reduce ``sendbuf`` (blocks of ``counts[i]``) and give rank i block i.
+
+        Raises:
+            TypeError / ValueError, Timeout, PeerFailure, TruncationError.
+        """
+        self._reduce_scatter(sendbuf, recvbuf, counts, op, algorithm, True, timeout)
+
+    def ireduce_scatter(self, sendbuf: Any, recvbuf: Any, counts: Sequence[int],
+                        op: OpLike = ops.SUM, *, algorithm: str | None = None) -> Request[None]:
+        """Start a reduce_scatter."""
+        return self._reduce_scatter(sendbuf, recvbuf, counts, op, algorithm, False, None)
+
+    def _reduce_scatter(self, sendbuf: Any, recvbuf: Any, counts: Sequence[int] | None,
+                        op: OpLike, algorithm: str | None, blocking: bool,
+                        timeout: float | None) -> Request[None]:
+        p, r = self.size, self.rank
+        rb = as_array(recvbuf, "recvbuf", writable=True)
+        coll = "reduce_scatter" if counts is not None else "reduce_scatter_block"
+        finish: Callable[[], None] | None = None
+        if sendbuf is IN_PLACE:
+            sb = rb
+            c = (int_list(counts, p, "counts") if counts is not None
+                 else (blocks_of(rb, p, "recvbuf"),) * p)
+            check_len(sb, sum(c), "recvbuf", "IN_PLACE input: the sum of all blocks")
+            out = executor.aligned_empty(c[r], rb.dtype)
+            dest = rb[: c[r]]
+
+            def finish() -> None:
+                np.copyto(dest, out)
+        else:
+            sb = as_array(sendbuf, "sendbuf")
+            same_dtype(sb, rb, "sendbuf", "recvbuf")
+            c = (int_list(counts, p, "counts") if counts is not None else (rb.size,) * p)
+            check_len(sb, sum(c), "sendbuf", "the sum of all blocks")
+            check_len(rb, c[r], "recvbuf", "this rank's block")
+            out = rb
+        o = self._op(op, sb)
+        algo = self._choose(coll, sb.nbytes // max(1, p), algorithm, commutative=o.commutative,
+                            equal_blocks=len(set(c)) <= 1)
+        spec = Spec(p, r, c[0] if c else 0, counts=c if counts is not None else None,
+                    commutative=o.commutative)
+        return self._go(coll, algo, spec, [sb, out], o, blocking, timeout, finish)
+
+    def scan(self, sendbuf: Any, recvbuf: Any, op: OpLike = ops.SUM, *,
+             algorithm: str | None = None, timeout: float | None = None) -> None:
+        """Inclusive prefix reduction: rank i gets ``op`` over ranks 0..i, in rank order.
+
+        Raises:
+            TypeError / ValueError, Timeout, PeerFailure, TruncationError.
+        """
+        self._scan("scan", sendbuf, recvbuf, op, algorithm, True, timeout)
+
+    def iscan(self, sendbuf: Any, recvbuf: Any, op: OpLike = ops.SUM, *,
+              algorithm: str | None = None) -> Request[None]:
+        """Start a scan."""
+        return self._scan("scan", sendbuf, recvbuf, op, algorithm, False, None)
+
+    def exscan(self, sendbuf: Any, recvbuf: Any, op: OpLike = ops.SUM, *,
+               algorithm: str | None = None, timeout: float | None = None) -> None:
+        """Exclusive prefix reduction: rank i gets ``op`` over ranks 0..i-1 (rank 0: untouched).
+
+        Raises:
+            TypeError / ValueError, Timeout, PeerFailure, TruncationError.
+        """
+        self._scan("exscan", sendbuf, recvbuf, op, algorithm, True, timeout)
+
+    def iexscan(self, sendbuf: Any, recvbuf: Any, op: OpLike = ops.SUM, *,
+                algorithm: str | None = None) -> Request[None]:
+        """Start an exscan."""
+        return self._scan("exscan", sendbuf, recvbuf, op, algorithm, False, None)
+
+    def _scan(self, coll: str, sendbuf: Any, recvbuf: Any, op: OpLike, algorithm: str | None,
+              blocking: bool, timeout: float | None) -> Request[None]:
+        rb = as_array(recvbuf, "recvbuf", writable=True)
+        sb = rb if sendbuf is IN_PLACE else as_array(sendbuf, "sendbuf")
+        same_dtype(sb, rb, "sendbuf", "recvbuf")
+        check_len(rb, sb.size, "recvbuf", "the size of sendbuf")
+        o = self._op(op, rb)
+        algo = self._choose(coll, rb.nbytes, algorithm, commutative=o.commutative)
+        return self._go(coll, algo, Spec(self.size, self.rank, rb.size,
+                                         commutative=o.commutative),
+                        [sb, rb], o, blocking, timeout)
+
+    # ------------------------------------------------------------------ gather / scatter
+    def gather(self, sendbuf: Any, recvbuf: Any, root: int = 0, *,
+               algorithm: str | None = None, timeout: float | None = None) -> None:
+        """Collect every rank's ``sendbuf`` into ``recvbuf`` of ``root`` (block i from rank i).
+
+        ``recvbuf`` matters only at the root; ``IN_PLACE`` at the root means its block is
+        already in place.
+
+        Raises:
+            TypeError / ValueError, Timeout, PeerFailure, TruncationError.
+        """
+        self._gather(sendbuf, recvbuf, root, algorithm, True, timeout)
+
+    def igather(self, sendbuf: Any, recvbuf: Any, root: int = 0, *,
+                algorithm: str | None = None) -> Request[None]:
+        """Start a gather."""
+        return self._gather(sendbuf, recvbuf, root, algorithm, False, None)
+
+    def _gather(self, sendbuf: Any, recvbuf: Any, root: int, algorithm: str | None,
+                blocking: bool, timeout: float | None) -> Request[None]:
+        p, r = self.size, self.rank
+        root = self._root(root)
+        if r == root:
+            rb = as_array(recvbuf, "recvbuf", writable=True)
+            n = blocks_of(rb, p, "recvbuf")
+            sb = rb[r * n : (r + 1) * n] if sendbuf is IN_PLACE else as_array(sendbuf,
+                                                                               "sendbuf")
+            same_dtype(sb, rb, "sendbuf", "recvbuf")
+            check_len(sb, n, "sendbuf", "recvbuf holds size blocks of this length")
+        else:
+            sb = as_array(sendbuf, "sendbuf")
+            rb = EMPTY_U8.view(sb.dtype)
+            n = sb.size
+        algo = self._choose("gather", sb.nbytes, algorithm)
+        return self._go("gather", algo, Spec(p, r, n, root), [sb, rb], None, blocking, timeout)
+
+    def gatherv(self, sendbuf: Any, recvbuf: Any, counts: Sequence[int] | None = None,
+                displs: Sequence[int] | None = None, root: int = 0, *,
+                algorithm: str | None = None, timeout: float | None = None) -> None:
+        """Gather blocks of different sizes: rank i's ``sendbuf`` lands at ``displs[i]``.
+
+        ``counts``/``displs`` (elements; displs default packed) matter only at the root.
+
+        Raises:
+            TypeError / ValueError, Timeout, PeerFailure, TruncationError.
+        """
+        self._gatherv(sendbuf, recvbuf, counts, displs, root, algorithm, True, timeout)
+
+    def igatherv(self, sendbuf: Any, recvbuf: Any, counts: Sequence[int] | None = None,
+                 displs: Sequence[int] | None = None, root: int = 0, *,
+                 algorithm: str | None = None) -> Request[None]:
+        """Start a gatherv."""
+        return self._gatherv(sendbuf, recvbuf, counts, displs, root, algorithm, False, None)
+
+    def _gatherv(self, sendbuf: Any, recvbuf: Any, counts: Sequence[int] | None,
+                 displs: Sequence[int] | None, root: int, algorithm: str | None,
+                 blocking: bool, timeout: float | None) -> Request[None]:
+        p, r = self.size, self.rank
+        root = self._root(root)
+        if r == root:
+            rb = as_array(recvbuf, "recvbuf", writable=True)
+            if counts is None:
+                raise TypeError("counts is required at the root")
+            c, d = layout(counts, displs, p, rb, "counts", "displs", "recvbuf")
+            sb = (rb[d[r] : d[r] + c[r]] if sendbuf is IN_PLACE
+                  else as_array(sendbuf, "sendbuf"))
+            same_dtype(sb, rb, "sendbuf", "recvbuf")
+            check_len(sb, c[r], "sendbuf", "counts[root]")
+            spec = Spec(p, r, c[r], root, counts=c, displs=d)
+        else:
+            sb = as_array(sendbuf, "sendbuf")
+            rb = EMPTY_U8.view(sb.dtype)
+            spec = Spec(p, r, sb.size, root)
+        algo = self._choose("gatherv", sb.nbytes, algorithm)
+        return self._go("gatherv", algo, spec, [sb, rb], None, blocking, timeout)
+
+    def scatter(self, sendbuf: Any, recvbuf: Any, root: int = 0, *,
+                algorithm: str | None = None, timeout: float | None = None) -> None:
+        """Send block i of ``root``'s ``sendbuf`` to rank i's ``recvbuf``.
+
+        ``sendbuf`` matters only at the root; ``IN_PLACE`` as ``recvbuf`` at the root leaves
+        its own block where it is.
+
+        Raises:
+            TypeError / ValueError, Timeout, PeerFailure, TruncationError.
+        """
+        self._scatter(sendbuf, recvbuf, root, algorithm, True, timeout)
+
+    def iscatter(self, sendbuf: Any, recvbuf: Any, root: int = 0, *,
+                 algorithm: str | None = None) -> Request[None]:
+        """Start a scatter."""
+        return self._scatter(sendbuf, recvbuf, root, algorithm, False, None)
+
+    def _scatter(self, sendbuf: Any, recvbuf: Any, root: int, algorithm: str | None,
+                 blocking: bool, timeout: float | None) -> Request[None]:
+        p, r = self.size, self.rank
+        root = self._root(root)
+        if r == root:
+            sb = as_array(sendbuf, "sendbuf")
+            n = blocks_of(sb, p, "sendbuf")
+            rb = (sb[r * n : (r + 1) * n] if recvbuf is IN_PLACE
+                  else as_array(recvbuf, "recvbuf", writable=True))
+            same_dtype(sb, rb, "sendbuf", "recvbuf")
+            check_len(rb, n, "recvbuf", "sendbuf holds size blocks of this length")
+        else:
+            rb = as_array(recvbuf, "recvbuf", writable=True)
+            sb = EMPTY_U8.view(rb.dtype)
+            n = rb.size
+        algo = self._choose("scatter", rb.nbytes, algorithm)
+        return self._go("scatter", algo, Spec(p, r, n, root), [sb, rb], None, blocking, timeout)
+
+    def scatterv(self, sendbuf: Any, recvbuf: Any, counts: Sequence[int] | None = None,
+                 displs: Sequence[int] | None = None, root: int = 0, *,
+                 algorithm: str | None = None, timeout: float | None = None) -> None:
+        """Scatter blocks of different sizes: rank i receives ``counts[i]`` from ``displs[i]``.
+
+        Raises:
+            TypeError / ValueError, Timeout, PeerFailure, TruncationError.
+        """
+        self._scatterv(sendbuf, recvbuf, counts, displs, root, algorithm, True, timeout)
+
+    def iscatterv(self, sendbuf: Any, recvbuf: Any, counts: Sequence[int] | None = None,
+                  displs: Sequence[int] | None = None, root: int = 0, *,
+                  algorithm: str | None = None) -> Request[None]:
+        """Start a scatterv."""
+        return self._scatterv(sendbuf, recvbuf, counts, displs, root, algorithm, False, None)
+
+    def _scatterv(self, sendbuf: Any, recvbuf: Any, counts: Sequence[int] | None,
+                  displs: Sequence[int] | None, root: int, algorithm: str | None,
+                  blocking: bool, timeout: float | None) -> Request[None]:
+        p, r = self.size, self.rank
+        root = self._root(root)
+        if r == root:
+            sb = as_array(sendbuf, "sendbuf")
+            if counts is None:
+                raise TypeError("counts is required at the root")
+            c, d = layout(counts, displs, p, sb, "counts", "displs", "sendbuf")
+            rb = (sb[d[r] : d[r] + c[r]] if recvbuf is IN_PLACE
+                  else as_array(recvbuf, "recvbuf", writable=True))
+            same_dtype(sb, rb, "sendbuf", "recvbuf")
+            check_len(rb, c[r], "recvbuf", "counts[root]")
+            spec = Spec(p, r, c[r], root, counts=c, displs=d)
+        else:
+            rb = as_array(recvbuf, "recvbuf", writable=True)
+            sb = EMPTY_U8.view(rb.dtype)
+            spec = Spec(p, r, rb.size, root)
+        algo = self._choose("scatterv", rb.nbytes, algorithm)
+        return self._go("scatterv", algo, spec, [sb, rb], None, blocking, timeout)
+
+    # ------------------------------------------------------------------ allgather
+    def allgather(self, sendbuf: Any, recvbuf: Any, *, algorithm: str | None = None,
+                  timeout: float | None = None) -> None:
+        """Every rank gets every rank's ``sendbuf``: block i of ``recvbuf`` from rank i.
+
+        Raises:
+            TypeError / ValueError, Timeout, PeerFailure, TruncationError.
+        """
+        self._allgather(sendbuf, recvbuf, None, None, algorithm, True, timeout)
+
+    def iallgather(self, sendbuf: Any, recvbuf: Any, *,
+                   algorithm: str | None = None) -> Request[None]:
+        """Start an allgather."""
+        return self._allgather(sendbuf, recvbuf, None, None, algorithm, False, None)
+
+    def allgatherv(self, sendbuf: Any, recvbuf: Any, counts: Sequence[int],
+                   displs: Sequence[int] | None = None, *, algorithm: str | None = None,
+                   timeout: float | None = None) -> None:
+        """Allgather of blocks of different sizes (``counts[i]`` at ``displs[i]``).
+
+        Raises:
+            TypeError / ValueError, Timeout, PeerFailure, TruncationError.
+        """
+        self._allgather(sendbuf, recvbuf, counts, displs, algorithm, True, timeout)
+
+    def iallgatherv(self, sendbuf: Any, recvbuf: Any, counts: Sequence[int],
+                    displs: Sequence[int] | None = None, *,
+                    algorithm: str | None = None) -> Request[None]:
+        """Start an allgatherv."""
+        return self._allgather(sendbuf, recvbuf, counts, displs, algorithm, False, None)
+
+    def _allgather(self, sendbuf: Any, recvbuf: Any, counts: Sequence[int] | None,
+                   displs: Sequence[int] | None, algorithm: str | None, blocking: bool,
+                   timeout: float | None) -> Request[None]:
+        p, r = self.size, self.rank
+        rb = as_array(recvbuf, "recvbuf", writable=True)
+        if counts is None:
+            n = blocks_of(rb, p, "recvbuf")
+            sb = rb[r * n : (r + 1) * n] if sendbuf is IN_PLACE else as_array(sendbuf,
+                                                                               "sendbuf")
+            check_len(sb, n, "sendbuf", "recvbuf holds size blocks of this length")
+            coll, spec = "allgather", Spec(p, r, n)
+            equal = True
+        else:
+            c, d = layout(counts, displs, p, rb, "counts", "displs", "recvbuf")
+            sb = (rb[d[r] : d[r] + c[r]] if sendbuf is IN_PLACE
+                  else as_array(sendbuf, "sendbuf"))
+            check_len(sb, c[r], "sendbuf", "counts[rank]")
+            coll, spec = "allgatherv", Spec(p, r, c[r], counts=c, displs=d)
+            equal = False
+        same_dtype(sb, rb, "sendbuf", "recvbuf")
+        algo = self._choose(coll, sb.nbytes, algorithm, equal_blocks=equal)
+        return self._go(coll, algo, spec, [sb, rb], None, blocking, timeout)
+
+    # ------------------------------------------------------------------ alltoall
+    def alltoall(self, sendbuf: Any, recvbuf: Any, *, algorithm: str | None = None,
+                 timeout: float | None = None) -> None:
+        """Block j of rank i's ``sendbuf`` goes to block i of rank j's ``recvbuf``.
+
+        Raises:
+            TypeError / ValueError, Timeout, PeerFailure, TruncationError.
+        """
+        self._alltoall(sendbuf, recvbuf, algorithm, True, timeout)
+
+    def ialltoall(self, sendbuf: Any, recvbuf: Any, *,
+                  algorithm: str | None = None) -> Request[None]:
+        """Start an alltoall."""
+        return self._alltoall(sendbuf, recvbuf, algorithm, False, None)
+
+    def _alltoall(self, sendbuf: Any, recvbuf: Any, algorithm: str | None, blocking: bool,
+                  timeout: float | None) -> Request[None]:
+        p, r = self.size, self.rank
+        rb = as_array(recvbuf, "recvbuf", writable=True)
+        n = blocks_of(rb, p, "recvbuf")
+        sb = rb.copy() if sendbuf is IN_PLACE else as_array(sendbuf, "sendbuf")
+        same_dtype(sb, rb, "sendbuf", "recvbuf")
+        check_len(sb, rb.size, "sendbuf", "the size of recvbuf")
+        algo = self._choose("alltoall", sb.nbytes // p, algorithm)
+        return self._go("alltoall", algo, Spec(p, r, n), [sb, rb], None, blocking, timeout)
+
+    def alltoallv(self, sendbuf: Any, recvbuf: Any, sendcounts: Sequence[int],
+                  recvcounts: Sequence[int], sdispls: Sequence[int] | None = None,
+                  rdispls: Sequence[int] | None = None, *, algorithm: str | None = None,
+                  timeout: float | None = None) -> None:
+        """Alltoall with per-peer counts and displacements (elements; default packed).
+
+        With ``IN_PLACE`` the send side uses ``recvcounts``/``rdispls`` (as MPI).
+
+        Raises:
+            TypeError / ValueError, Timeout, PeerFailure, TruncationError.
+        """
+        self._alltoallv(sendbuf, recvbuf, sendcounts, recvcounts, sdispls, rdispls, algorithm,
+                        True, timeout)
+
+    def ialltoallv(self, sendbuf: Any, recvbuf: Any, sendcounts: Sequence[int],
+                   recvcounts: Sequence[int], sdispls: Sequence[int] | None = None,
+                   rdispls: Sequence[int] | None = None, *,
+                   algorithm: str | None = None) -> Request[None]:
+        """Start an alltoallv."""
+        return self._alltoallv(sendbuf, recvbuf, sendcounts, recvcounts, sdispls, rdispls,
+                               algorithm, False, None)
+
+    def _alltoallv(self, sendbuf: Any, recvbuf: Any, sendcounts: Sequence[int],
+                   recvcounts: Sequence[int], sdispls: Sequence[int] | None,
+                   rdispls: Sequence[int] | None, algorithm: str | None, blocking: bool,
+                   timeout: float | None) -> Request[None]:
+        p, r = self.size, self.rank
+        rb = as_array(recvbuf, "recvbuf", writable=True)
+        rc, rd = layout(recvcounts, rdispls, p, rb, "recvcounts", "rdispls", "recvbuf")
+        if sendbuf is IN_PLACE:
+            sb, sc, sd = rb.copy(), rc, rd
+        else:
+            sb = as_array(sendbuf, "sendbuf")
+            sc, sd = layout(sendcounts, sdispls, p, sb, "sendcounts", "sdispls", "sendbuf")
+        same_dtype(sb, rb, "sendbuf", "recvbuf")
+        if sc[r] != rc[r]:
+            raise ValueError(f"sendcounts[{r}]={sc[r]} but recvcounts[{r}]={rc[r]}: this rank's "
+                             "block to itself must have one size")
+        algo = self._choose("alltoallv", sb.nbytes // p, algorithm)
+        spec = Spec(p, r, 0, counts=sc, displs=sd, rcounts=rc, rdispls=rd)
+        return self._go("alltoallv", algo, spec, [sb, rb], None, blocking, timeout)
+
+    def alltoallw(self, sendbufs: Sequence[Any], recvbufs: Sequence[Any], *,
+                  algorithm: str | None = None, timeout: float | None = None) -> None:
+        """The most general alltoall: one buffer per peer each way, of any dtype and size.
+
+        ``sendbufs[j]`` goes to rank j, ``recvbufs[i]`` receives from rank i; the byte sizes
+        of matching buffers must agree.
+
+        Raises:
+            TypeError / ValueError, Timeout, PeerFailure, TruncationError.
+        """
+        self._alltoallw(sendbufs, recvbufs, algorithm, True, timeout)
+
+    def ialltoallw(self, sendbufs: Sequence[Any], recvbufs: Sequence[Any], *,
+                   algorithm: str | None = None) -> Request[None]:
+        """Start an alltoallw."""
+        return self._alltoallw(sendbufs, recvbufs, algorithm, False, None)
+
+    def _alltoallw(self, sendbufs: Sequence[Any], recvbufs: Sequence[Any],
+                   algorithm: str | None, blocking: bool,
+                   timeout: float | None) -> Request[None]:
+        p, r = self.size, self.rank
+        sends = [as_array(b, f"sendbufs[{i}]").view(np.uint8)
+                 for i, b in enumerate(seq(sendbufs, p, "sendbufs"))]
+        recvs = [as_array(b, f"recvbufs[{i}]", writable=True).view(np.uint8)
+                 for i, b in enumerate(seq(recvbufs, p, "recvbufs"))]
+        check_len(recvs[r], sends[r].size, f"recvbufs[{r}]", f"the bytes of sendbufs[{r}]")
+        algo = self._choose("alltoallw", sum(s.nbytes for s in sends) // p, algorithm)
+        spec = Spec(p, r, 0, counts=tuple(s.size for s in sends),
+                    rcounts=tuple(b.size for b in recvs))
+        return self._go("alltoallw", algo, spec, [EMPTY_U8, EMPTY_U8, EMPTY_U8, *sends, *recvs],
+                        None, blocking, timeout)
+
+    # ------------------------------------------------------------------ management
+    def _agree_context(self, extra: Sequence[int] = ()) -> tuple[int, Array]:
+        """Allgather (next free context, *extra) and reserve the agreed context id."""
+        mine = np.array([self._engine.next_context, *extra], dtype=np.int64)
+        table = np.empty(self.size * mine.size, dtype=np.int64)
+        self.allgather(mine, table, algorithm=None)
+        rows = table.reshape(self.size, mine.size)
+        ctx = int(rows[:, 0].max())
+        self._engine.reserve_contexts(ctx)
+        return ctx, rows
+
+    def _derive(self, ranks: Sequence[int], context: int, name: str) -> Self:
+        return type(self)(self._engine, ranks, context, name, self.selector,
+                          self.transport if len(ranks) > 1 else "self")
+
+    def self_comm(self) -> Self:
+        """A communicator holding only this rank (MPI's COMM_SELF); no traffic to create."""
+        base = super().self_comm()
+        base.selector = self.selector
+        return base
+
+    def dup(self, name: str | None = None) -> Self:
+        """A new communicator with the same ranks and its own message contexts.
+
+        Collective over this communicator. Cost: one allgather of 8 bytes.
+
+        Raises:
+            Timeout, PeerFailure.
+        """
+        ctx, _ = self._agree_context()
+        return self._derive(self._ranks, ctx, name or f"{self.name}.dup")
+
+    def split(self, color: int | None, key: int = 0, name: str | None = None) -> Self | None:
+        """Partition into one communicator per ``color``, ranked by (``key``, old rank).
+
+        ``color`` None or :data:`UNDEFINED` returns None on this rank. Collective over this
+        communicator. Cost: one allgather of 24 bytes per rank.
+
+        Raises:
+            TypeError / ValueError: color or key not an int, or a negative color.
+            Timeout, PeerFailure.
+        """
+        col = UNDEFINED if color is None else int(_as_int(color, "color"))
+        if col < 0 and col != UNDEFINED:
+            raise ValueError(f"color={color} must be >= 0, None or UNDEFINED")
+        k = int(_as_int(key, "key"))
+        ctx, rows = self._agree_context((col, k))
+        if col == UNDEFINED:
+            return None
+        members = sorted((int(rows[i, 2]), i) for i in range(self.size) if rows[i, 1] == col)
+        return self._derive([self._ranks[i] for _, i in members], ctx,
+                            name or f"{self.name}.split{col}")
+
+    def create(self, ranks: Sequence[int], name: str | None = None) -> Self | None:
+        """A communicator of ``ranks`` (ranks of this one, in new-rank order); None elsewhere.
+
+        Collective over this communicator: every rank passes the same ``ranks``.
+
+        Raises:
+            ValueError: duplicates or out-of-range ranks.  Timeout, PeerFailure.
+        """
+        group = [int(_as_int(x, "ranks")) for x in ranks]
+        if len(set(group)) != len(group) or any(not 0 <= x < self.size for x in group):
+            raise ValueError(f"ranks={group} must be distinct ranks in 0..{self.size - 1}")
+        pos = {x: i for i, x in enumerate(group)}
+        color = 0 if self.rank in pos else None
+        return self.split(color, pos.get(self.rank, 0), name or f"{self.name}.create")
+
+    def free(self) -> None:
+        """Release this communicator; later collectives on it raise CommError. Local."""
+        self._freed = True
+        self._scratch = executor.Scratch()

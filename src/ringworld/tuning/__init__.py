@@ -1,0 +1,1 @@
+"""Topology-free tuning: the cost model, its measured constants, and algorithm choice."""

@@ -1,0 +1,138 @@
+"""The cost model: predicted time of each algorithm of each collective, from its structure.
+
+Each algorithm is described by what its slowest rank does (:class:`Work`): dependent steps,
+messages, bytes sent or received, bytes reduced and bytes copied locally. A time follows from
+the machine's constants (:class:`Constants`), NCCL-style::
+
+    t = steps * step + messages * message + bytes / bandwidth + reduced / reduce_rate
+        + copied / copy_rate
+
+The constants live in :mod:`ringworld.tuning.constants` with their provenance, and ``ringworld
+tune`` re-measures them on the machine at hand. ``n`` below is the vector length in bytes for
+bcast/reduce/allreduce/scan and one rank's block for the others.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import NamedTuple
+
+
+class Constants(NamedTuple):
+    """Measured machine constants for one transport."""
+
+    step: float         # s: latency of one dependent step (message + software overhead)
+    message: float      # s: extra cost per additional message in a step
+    bandwidth: float    # bytes/s a rank moves through the transport (send + receive side)
+    reduce_rate: float  # bytes/s of an in-place numpy reduction (out=) from main memory
+    copy_rate: float    # bytes/s of a local numpy copy
+
+
+class Work(NamedTuple):
+    """What the busiest rank does in one algorithm."""
+
+    steps: float
+    messages: float
+    moved: float       # bytes the rank sends plus receives on its critical path
+    reduced: float = 0.0
+    copied: float = 0.0
+
+    def time(self, c: Constants) -> float:
+        """Predicted seconds under ``c``."""
+        return (self.steps * c.step + self.messages * c.message + self.moved / c.bandwidth
+                + self.reduced / c.reduce_rate + self.copied / c.copy_rate)
+
+
+def _log2(p: int) -> int:
+    return max(0, math.ceil(math.log2(p))) if p > 1 else 0
+
+
+def _fold(p: int) -> int:
+    return 0 if p & (p - 1) == 0 else 1
+
+
+Model = Callable[[int, float, int], Work]  # (p, n bytes, segment bytes) -> Work
+
+
+def _bcast_ring(p: int, n: float, seg: int) -> Work:
+    k = max(1, math.ceil(n / seg)) if seg else 1
+    return Work(p - 2 + k, 0, 2 * n * (p - 2 + k) / k)
+
+
+MODELS: dict[str, dict[str, Model]] = {
+    "barrier": {"dissemination": lambda p, n, s: Work(_log2(p), 0, 0)},
+    "bcast": {
+        "linear": lambda p, n, s: Work(1, p - 2, (p - 1) * n),
+        "binomial": lambda p, n, s: Work(_log2(p), 0, 2 * _log2(p) * n),
+        "ring": _bcast_ring,
+        "scatter_allgather": lambda p, n, s: Work(_log2(p) + p - 1, 0, 3 * n * (p - 1) / p),
+    },
+    "reduce": {
+        "linear": lambda p, n, s: Work(1, p - 2, (p - 1) * n, (p - 1) * n, 2 * n),
+        "binomial": lambda p, n, s: Work(_log2(p) + 1, 0, 2 * _log2(p) * n,
+                                         _log2(p) * n, n),
+        "ring": lambda p, n, s: Work(p, p - 2, 3 * n * (p - 1) / p, n * (p - 1) / p, n / p),
+    },
+    "allreduce": {
+        "linear": lambda p, n, s: Work(1, p - 2, 2 * (p - 1) * n, (p - 1) * n, 3 * n),
+        "recursive_doubling": lambda p, n, s: Work(
+            _log2(p) + 2 * _fold(p), 0, 2 * (_log2(p) + 2 * _fold(p)) * n,
+            (_log2(p) + _fold(p)) * n, n),
+        "ring": lambda p, n, s: Work(2 * (p - 1), 0, 4 * n * (p - 1) / p,
+                                     n * (p - 1) / p, n),
+        "rabenseifner": lambda p, n, s: Work(
+            2 * _log2(p) + 2 * _fold(p), 0, 4 * n * (p - 1) / p + 4 * _fold(p) * n,
+            n * (p - 1) / p + _fold(p) * n, n),
+        "reduce_bcast": lambda p, n, s: Work(2 * _log2(p) + 1, 0, 4 * _log2(p) * n,
+                                             _log2(p) * n, n),
+    },
+    "gather": {
+        "linear": lambda p, n, s: Work(1, p - 2, (p - 1) * n, 0, n),
+        "binomial": lambda p, n, s: Work(_log2(p) + 1, 0, (p - 1) * n, 0, 2 * p * n),
+    },
+    "scatter": {
+        "linear": lambda p, n, s: Work(1, p - 2, (p - 1) * n, 0, n),
+        "binomial": lambda p, n, s: Work(_log2(p) + 1, 0, (p - 1) * n, 0, 2 * p * n),
+    },
+    "allgather": {
+        "linear": lambda p, n, s: Work(1, 2 * (p - 2), 2 * (p - 1) * n, 0, n),
+        "ring": lambda p, n, s: Work(p - 1, 0, 2 * (p - 1) * n, 0, n),
+        "recursive_doubling": lambda p, n, s: Work(
+            _log2(p) + 2 * _fold(p), 0, 2 * (p - 1) * n + 2 * _fold(p) * p * n, 0, n),
+        "bruck": lambda p, n, s: Work(_log2(p) + 1, 0, 2 * (p - 1) * n, 0, 3 * p * n),
+    },
+    "alltoall": {
+        "linear": lambda p, n, s: Work(1, 2 * (p - 2), 2 * (p - 1) * n, 0, n),
+        "pairwise": lambda p, n, s: Work(p - 1, 0, 2 * (p - 1) * n, 0, n),
+        "bruck": lambda p, n, s: Work(2 * _log2(p) + 1, 0, _log2(p) * p * n, 0,
+                                      (2 + 2 * _log2(p)) * p * n),
+    },
+    "reduce_scatter_block": {
+        "ring": lambda p, n, s: Work(p - 1, 0, 2 * (p - 1) * n, (p - 1) * n, 2 * n),
+        "pairwise": lambda p, n, s: Work(p - 1, 0, 2 * (p - 1) * n, (p - 1) * n, 2 * n),
+    },
+    "scan": {
+        "linear": lambda p, n, s: Work(p - 1, 0, 2 * n, n, n),
+        "recursive_doubling": lambda p, n, s: Work(_log2(p), 0, 2 * _log2(p) * n,
+                                                   _log2(p) * n, n),
+    },
+}
+# collectives whose algorithms share a model with another's
+ALIASES = {"gatherv": "gather", "scatterv": "scatter", "allgatherv": "allgather",
+           "alltoallv": "alltoall", "alltoallw": "alltoall",
+           "reduce_scatter": "reduce_scatter_block", "exscan": "scan"}
+
+
+def model(collective: str, algorithm: str) -> Model | None:
+    """The cost model of an algorithm, or None if it has none (then it is never auto-chosen)."""
+    return MODELS.get(ALIASES.get(collective, collective), {}).get(algorithm)
+
+
+def predict(collective: str, algorithm: str, p: int, nbytes: float, c: Constants,
+            segment: int = 0) -> float:
+    """Predicted seconds of ``algorithm`` for ``nbytes`` on ``p`` ranks (inf if unmodelled)."""
+    m = model(collective, algorithm)
+    if m is None:
+        return math.inf
+    return m(p, nbytes, segment).time(c)

@@ -1,0 +1,79 @@
+"""Choosing a collective's algorithm: forced per call, forced by environment, or cheapest.
+
+Order of precedence: the call's ``algorithm=`` argument, then ``RINGWORLD_ALGORITHMS``
+(``allreduce:ring,...``), then the cost model (:mod:`ringworld.tuning.cost`) over the algorithms
+that can run this call (non-commutative ops exclude those that combine out of rank order;
+uneven blocks exclude those needing equal blocks). :func:`explain` returns the whole table.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ringworld.algorithms.registry import REGISTRY, Algorithm, algorithm
+from ringworld.errors import ConfigError
+from ringworld.tuning.cost import Constants, predict
+
+LINEAR_MAX_RANKS = 2  # "linear for tiny worlds": beyond this only if forced
+
+
+class Selector:
+    """Picks algorithms for one job: its forced choices and measured constants."""
+
+    def __init__(self, constants: dict[str, Constants],
+                 forced: tuple[tuple[str, str], ...] = (), segment_bytes: int = 1 << 20) -> None:
+        self.constants = constants
+        self.segment_bytes = segment_bytes
+        self.forced: dict[str, str] = {}
+        for coll, name in forced:
+            try:
+                algorithm(coll, name)
+            except ValueError as exc:
+                raise ConfigError(f"RINGWORLD_ALGORITHMS: {exc}") from None
+            self.forced[coll] = name
+
+    def candidates(self, collective: str, *, commutative: bool = True,
+                   equal_blocks: bool = True) -> list[Algorithm]:
+        """The algorithms of ``collective`` able to run a call with these properties."""
+        return [a for a in REGISTRY[collective].values()
+                if (commutative or not a.commutative_only)
+                and (equal_blocks or not a.equal_blocks_only)]
+
+    def explain(self, collective: str, p: int, nbytes: float, transport: str, *,
+                commutative: bool = True,
+                equal_blocks: bool = True) -> list[tuple[str, float]]:
+        """Every runnable algorithm with its predicted seconds, cheapest first."""
+        c = self.constants.get(transport, self.constants["shm"])
+        rows = []
+        for a in self.candidates(collective, commutative=commutative,
+                                 equal_blocks=equal_blocks):
+            t = predict(collective, a.name, p, nbytes, c, self.segment_bytes)
+            if a.name == "linear" and p > LINEAR_MAX_RANKS:
+                t = math.inf if len(REGISTRY[collective]) > 1 else t
+            rows.append((a.name, t))
+        rows.sort(key=lambda row: row[1])
+        return rows
+
+    def choose(self, collective: str, p: int, nbytes: float, transport: str,
+               requested: str | None = None, *, commutative: bool = True,
+               equal_blocks: bool = True) -> str:
+        """The algorithm to run.
+
+        Raises:
+            ValueError: ``requested`` is unknown, or cannot run this call (e.g. a
+                commutative-only algorithm with a non-commutative op).
+        """
+        name = requested or self.forced.get(collective)
+        if name is not None:
+            algo = algorithm(collective, name)
+            if algo.commutative_only and not commutative:
+                ok = [a.name for a in self.candidates(collective, commutative=False)]
+                raise ValueError(f"algorithm={name!r} combines out of rank order and cannot run "
+                                 f"a non-commutative op; use one of {ok}")
+            if algo.equal_blocks_only and not equal_blocks:
+                raise ValueError(f"algorithm={name!r} needs equal blocks on every rank")
+            return name
+        if p == 1:
+            return next(iter(REGISTRY[collective]))
+        return self.explain(collective, p, nbytes, transport, commutative=commutative,
+                            equal_blocks=equal_blocks)[0][0]
