@@ -1,0 +1,1 @@
+"""Collective algorithms as schedules (pure data), their registry, executor and simulator."""

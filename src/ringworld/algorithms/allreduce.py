@@ -38,6 +38,7 @@ from ringworld.algorithms.schedule import (
     Xfer,
     blocks,
     copy,
+    reduce_to,
     schedule,
     step,
 )
@@ -63,13 +64,17 @@ def pow2_below(p: int) -> int:
 
 
 def fold(p: int, r: int, n: int) -> tuple[list[Step], int, int, int]:
-    """Fold a world of p ranks onto a power of two: (steps, pof2, rem, new rank or -1)."""
+    """Fold a world of p ranks onto a power of two: (steps, pof2, rem, new rank or -1).
+
+    Reads SEND; a folded-in rank leaves its partial in RECV, others have not written RECV.
+    """
     pof2 = pow2_below(p)
     rem = p - pof2
     if r < 2 * rem:
         if r % 2 == 0:
-            return [step(sends=[Xfer(r + 1, RECV, 0, n)])], pof2, rem, -1
-        return ([step([Xfer(r - 1, TMP, 0, n)], (), [red(RECV, 0, n, TMP, 0, src_left=True)])],
+            return [step(sends=[Xfer(r + 1, SEND, 0, n)])], pof2, rem, -1
+        return ([step([Xfer(r - 1, TMP, 0, n)], (),
+                      [reduce_to(RECV, 0, n, TMP, 0, SEND, 0, src_left=True)])],
                 pof2, rem, r // 2)
     return [], pof2, rem, r - rem
 
@@ -91,49 +96,56 @@ def unfold(r: int, rem: int, n: int) -> list[Step]:
 def recursive_doubling(s: Spec) -> Schedule:
     """log2 p whole-vector exchanges (non-powers of two folded)."""
     p, r, n = s.size, s.rank, s.n
-    steps: list[Step] = [step(locals_=[copy(RECV, 0, n, SEND, 0)])]
-    folded, pof2, rem, nr = fold(p, r, n)
-    steps += folded
+    if p == 1:
+        return schedule([step(locals_=[copy(RECV, 0, n, SEND, 0)])])
+    steps, pof2, rem, nr = fold(p, r, n)
     if nr >= 0:
+        cur = RECV if r < 2 * rem else SEND  # where this rank's partial is
         mask = 1
         while mask < pof2:
             partner = nr ^ mask
             peer = real(partner, rem)
-            steps.append(step([Xfer(peer, TMP, 0, n)], [Xfer(peer, RECV, 0, n)],
-                              [red(RECV, 0, n, TMP, 0, src_left=partner < nr)]))
+            steps.append(step([Xfer(peer, TMP, 0, n)], [Xfer(peer, cur, 0, n)],
+                              [reduce_to(RECV, 0, n, TMP, 0, cur, 0, src_left=partner < nr)]))
+            cur = RECV
             mask <<= 1
     steps += unfold(r, rem, n)
-    return schedule(steps, n if p > 1 else 0)
+    return schedule(steps, n)
 
 
 def ring(s: Spec) -> Schedule:
     """Ring reduce-scatter then ring allgather (commutative ops)."""
     p, r, n = s.size, s.rank, s.n
+    if p == 1:
+        return schedule([step(locals_=[copy(RECV, 0, n, SEND, 0)])])
     blk = blocks(n, p)
     prev, nxt = (r - 1) % p, (r + 1) % p
-    steps: list[Step] = [step(locals_=[copy(RECV, 0, n, SEND, 0)])]
+    steps: list[Step] = []
     for k in range(p - 1):
         sb, rb = blk[(r - k) % p], blk[(r - k - 1) % p]
-        steps.append(step([Xfer(prev, TMP, 0, rb[1])], [Xfer(nxt, RECV, *sb)],
-                          [red(RECV, rb[0], rb[1], TMP, 0, src_left=True)]))
+        # step k sends the block reduced in step k-1 (this rank's own input at first) and
+        # reduces the incoming partial with its own input straight into RECV
+        steps.append(step([Xfer(prev, TMP, 0, rb[1])], [Xfer(nxt, SEND if k == 0 else RECV, *sb)],
+                          [reduce_to(RECV, rb[0], rb[1], TMP, 0, SEND, rb[0], src_left=True)]))
     for k in range(p - 1):
         sb, rb = blk[(r + 1 - k) % p], blk[(r - k) % p]
         steps.append(step([Xfer(prev, RECV, *rb)], [Xfer(nxt, RECV, *sb)]))
-    return schedule(steps, blk[0][1] if p > 1 else 0)
+    return schedule(steps, blk[0][1])
 
 
 def rabenseifner(s: Spec) -> Schedule:
     """Recursive halving reduce-scatter + recursive doubling allgather (commutative ops)."""
     p, r, n = s.size, s.rank, s.n
-    steps: list[Step] = [step(locals_=[copy(RECV, 0, n, SEND, 0)])]
-    folded, pof2, rem, nr = fold(p, r, n)
-    steps += folded
+    if p == 1:
+        return schedule([step(locals_=[copy(RECV, 0, n, SEND, 0)])])
+    steps, pof2, rem, nr = fold(p, r, n)
     if nr >= 0:
         blk = blocks(n, pof2)
 
         def span(lo: int, hi: int) -> tuple[int, int]:
             return blk[lo][0], blk[hi - 1][0] + blk[hi - 1][1] - blk[lo][0]
 
+        cur = RECV if r < 2 * rem else SEND
         lo, hi = 0, pof2
         mask = pof2 >> 1
         done: list[tuple[int, tuple[int, int], tuple[int, int]]] = []
@@ -144,15 +156,17 @@ def rabenseifner(s: Spec) -> Schedule:
             keep, give = ((lo, mid), (mid, hi)) if nr & mask == 0 else ((mid, hi), (lo, mid))
             ks, kn = span(*keep)
             gs, gn = span(*give)
-            steps.append(step([Xfer(peer, TMP, ks, kn)], [Xfer(peer, RECV, gs, gn)],
-                              [red(RECV, ks, kn, TMP, ks, src_left=partner < nr)]))
+            steps.append(step([Xfer(peer, TMP, ks, kn)], [Xfer(peer, cur, gs, gn)],
+                              [reduce_to(RECV, ks, kn, TMP, ks, cur, ks,
+                                         src_left=partner < nr)]))
+            cur = RECV
             done.append((peer, (ks, kn), (gs, gn)))
             lo, hi = keep
             mask >>= 1
         for peer, (ks, kn), (gs, gn) in reversed(done):
             steps.append(step([Xfer(peer, RECV, gs, gn)], [Xfer(peer, RECV, ks, kn)]))
     steps += unfold(r, rem, n)
-    return schedule(steps, n if p > 1 else 0)
+    return schedule(steps, n)
 
 
 def reduce_bcast(s: Spec) -> Schedule:

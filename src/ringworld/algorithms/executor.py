@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from ringworld.algorithms.schedule import COPY, Schedule
+from ringworld.comm.engine import RECV_SPIN
 from ringworld.comm.ops import Op
-from ringworld.comm.requests import Request
+from ringworld.comm.requests import RecvRequest, Request
 
 if TYPE_CHECKING:
     from ringworld.comm.communicator import Communicator
@@ -75,7 +76,7 @@ class CollectiveRequest(Request[T]):
 
     def __init__(self, comm: Communicator, sched: Schedule, arrays: Sequence[Array],
                  op: Op | None, what: str, scratch: Scratch | None = None,
-                 finish: Callable[[], T] | None = None) -> None:
+                 finish: Callable[[], T] | None = None, *, inline: bool = False) -> None:
         super().__init__(comm._engine)
         self._comm = comm
         self._steps = sched.steps
@@ -103,7 +104,7 @@ class CollectiveRequest(Request[T]):
         try:
             if self._steps:
                 self._start()
-            if not self._advance():
+            if not inline and not self._advance():
                 self._engine.background.append(self._poll)
         except BaseException:
             self._release()
@@ -132,9 +133,16 @@ class CollectiveRequest(Request[T]):
             src = arrays[loc.sbuf][loc.sstart : loc.sstart + loc.length]
             if loc.kind == COPY:
                 np.copyto(dst, src)
-            else:
+            elif loc.obuf < 0:
                 assert op is not None
                 op.reduce_into(dst, src, loc.src_left)
+            else:
+                assert op is not None
+                other = arrays[loc.obuf][loc.ostart : loc.ostart + loc.length]
+                if loc.src_left:
+                    op.combine_into(dst, src, other)
+                else:
+                    op.combine_into(dst, other, src)
 
     def _advance(self) -> bool:
         """Move through every step whose transfers are complete; return whether all are."""
@@ -184,6 +192,52 @@ class CollectiveRequest(Request[T]):
             r.cancel()
         self._release()
 
+    def run_inline(self, timeout: float | None) -> T:
+        """Drive the schedule to the end from this call (blocking collectives).
+
+        Not registered with the engine: nothing else needs to advance it. A step waiting for
+        one receive spins on the transport first, like a blocking receive. ``timeout`` bounds
+        each step's wait.
+
+        Raises:
+            As :meth:`wait`.
+        """
+        engine = self._engine
+        steps = self._steps
+        pending = self._pending
+        try:
+            while True:
+                if pending:
+                    first = pending[0]
+                    if len(pending) == 1 and isinstance(first, RecvRequest):
+                        if not first._done:
+                            engine.spin(first, RECV_SPIN)
+                            if not first._done:
+                                engine.wait_for(self._step_done, timeout, self.describe,
+                                                self.depends)
+                        if first._error is not None:
+                            raise first._error
+                    else:
+                        if not self._step_done():
+                            engine.wait_for(self._step_done, timeout, self.describe,
+                                            self.depends)
+                        for r in pending:
+                            if r._error is not None:
+                                raise r._error
+                    pending.clear()
+                self._run_locals()
+                self._i += 1
+                if self._i >= len(steps):
+                    self._complete()
+                    return self._value()
+                self._start()
+        except BaseException as exc:
+            self._fail(exc)
+            raise
+
+    def _step_done(self) -> bool:
+        return all(r.done for r in self._pending)
+
     # ------------------------------------------------------------------ Request API
     @property
     def done(self) -> bool:
@@ -231,16 +285,3 @@ class CollectiveRequest(Request[T]):
                 if not r.done}
         hit = [w for w in need if w in dead]
         return min(hit) if hit else None
-
-
-def run(comm: Communicator, sched: Schedule, arrays: Sequence[Array], op: Op | None,
-        what: str, timeout: float | None, scratch: Scratch | None = None) -> None:
-    """Run ``sched`` to completion (a blocking collective).
-
-    Raises:
-        As :meth:`CollectiveRequest.wait`.
-    """
-    if not sched.steps:  # nothing to do here, but the sequence numbers must stay in step
-        comm.next_seq()
-        return
-    CollectiveRequest[None](comm, sched, arrays, op, what, scratch).wait(timeout)

@@ -76,6 +76,8 @@ def exscan_linear(s: Spec) -> Schedule:
 def exscan_recursive_doubling(s: Spec) -> Schedule:
     """Exclusive prefix in log2 p rounds: partial in TMP[0:n], incoming in TMP[n:2n]."""
     p, r, n = s.size, s.rank, s.n
+    if p == 1:  # nothing to combine, and RECV stays untouched (there is no TMP to copy into)
+        return schedule([])
     steps: list[Step] = [step(locals_=[copy(TMP, 0, n, SEND, 0)])]
     d = 1
     while d < p:
@@ -90,4 +92,4 @@ def exscan_recursive_doubling(s: Spec) -> Schedule:
                 locs.append(reduce(RECV, 0, n, TMP, n, src_left=True))
         steps.append(step(recvs, sends, locs))
         d *= 2
-    return schedule(steps, 2 * n if p > 1 else 0)
+    return schedule(steps, 2 * n)

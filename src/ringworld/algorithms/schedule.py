@@ -40,7 +40,9 @@ class Local(NamedTuple):
     """A local copy or reduction of ``length`` elements: ``dst <- src`` or ``dst <- src op dst``.
 
     For a reduction ``src_left`` says whether ``src`` holds lower ranks' data (``src op dst``)
-    or higher ranks' (``dst op src``); it matters only for non-commutative ops.
+    or higher ranks' (``dst op src``); it matters only for non-commutative ops. With ``obuf``
+    set, the second operand is that slice instead of ``dst`` (``dst <- src op other``), which
+    saves copying an input into the output before reducing.
     """
 
     kind: int
@@ -50,6 +52,8 @@ class Local(NamedTuple):
     sbuf: int
     sstart: int
     src_left: bool = True
+    obuf: int = -1   # REDUCE with another operand: dst <- src op other (no copy into dst first)
+    ostart: int = 0
 
 
 class Step(NamedTuple):
@@ -79,6 +83,12 @@ def reduce(dbuf: int, dstart: int, count: int, sbuf: int, sstart: int,
            src_left: bool) -> Local:
     """A local reduction of ``count`` elements into the destination."""
     return Local(REDUCE, dbuf, dstart, count, sbuf, sstart, src_left)
+
+
+def reduce_to(dbuf: int, dstart: int, length: int, sbuf: int, sstart: int, obuf: int,
+              ostart: int, src_left: bool) -> Local:
+    """``dst <- src op other`` (``other op src`` unless ``src_left``), out of place."""
+    return Local(REDUCE, dbuf, dstart, length, sbuf, sstart, src_left, obuf, ostart)
 
 
 def step(recvs: Iterable[Xfer] = (), sends: Iterable[Xfer] = (),
@@ -157,6 +167,8 @@ def shift(sched: Schedule, buf: int, offset: int) -> Schedule:
             op = op._replace(dstart=op.dstart + offset)
         if op.sbuf == buf:
             op = op._replace(sstart=op.sstart + offset)
+        if op.obuf == buf:
+            op = op._replace(ostart=op.ostart + offset)
         return op
 
     return Schedule(tuple(Step(tuple(map(mx, s.recvs)), tuple(map(mx, s.sends)),

@@ -107,10 +107,18 @@ def run(schedules: Sequence[Schedule], buffers: Sequence[Buffers], op: Op | None
                         raise ScheduleError(f"rank {r}: local {loc} outside its buffers")
                     if loc.kind == COPY:
                         dst[...] = src
-                    else:
-                        if op is None:
-                            raise ScheduleError("schedule reduces but no op was given")
+                    elif op is None:
+                        raise ScheduleError("schedule reduces but no op was given")
+                    elif loc.obuf < 0:
                         op.reduce_into(dst, src, loc.src_left)
+                    else:
+                        other = bufs[r][loc.obuf][loc.ostart : loc.ostart + loc.length]
+                        if other.size != loc.length:
+                            raise ScheduleError(f"rank {r}: local {loc} outside its buffers")
+                        if loc.src_left:
+                            op.combine_into(dst, src, other)
+                        else:
+                            op.combine_into(dst, other, src)
                 pos[r] += 1
                 posted[r] = False
                 progress = True

@@ -78,7 +78,7 @@ class Communicator(ObjectCollectives):
         if blocking:
             if sched.steps:
                 executor.CollectiveRequest[None](self, sched, arrays, op, what, self._scratch,
-                                                 finish).wait(timeout)
+                                                 finish, inline=True).run_inline(timeout)
             else:
                 self.next_seq()
                 if finish is not None:

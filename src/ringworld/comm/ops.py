@@ -95,6 +95,27 @@ class Op:
         if res is not dst:
             np.copyto(dst, np.asarray(res, dtype=dst.dtype).reshape(dst.shape))
 
+    def combine_into(self, out: np.ndarray[Any, Any], left: np.ndarray[Any, Any],
+                     right: np.ndarray[Any, Any]) -> None:
+        """``out = left op right`` (``out`` may be either operand).
+
+        Cost: one pass for built-ins, no temporaries.
+        """
+        uf = self._ufunc
+        if uf is not None:
+            uf(left, right, out=out)
+            return
+        if out is not right:
+            if out is not left and not np.shares_memory(out, left):
+                np.copyto(out, right)
+                self.reduce_into(out, left, src_left=True)
+                return
+            tmp = left.copy()
+            np.copyto(out, right)
+            self.reduce_into(out, tmp, src_left=True)
+            return
+        self.reduce_into(out, left, src_left=True)
+
     def combine_obj(self, left: Any, right: Any) -> Any:
         """``left op right`` for Python values (object collectives)."""
         assert self._obj is not None

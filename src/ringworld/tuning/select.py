@@ -24,6 +24,7 @@ class Selector:
                  forced: tuple[tuple[str, str], ...] = (), segment_bytes: int = 1 << 20) -> None:
         self.constants = constants
         self.segment_bytes = segment_bytes
+        self._memo: dict[tuple[str, int, float, str, bool, bool], str] = {}
         self.forced: dict[str, str] = {}
         for coll, name in forced:
             try:
@@ -73,7 +74,15 @@ class Selector:
             if algo.equal_blocks_only and not equal_blocks:
                 raise ValueError(f"algorithm={name!r} needs equal blocks on every rank")
             return name
-        if p == 1:
-            return next(iter(REGISTRY[collective]))
-        return self.explain(collective, p, nbytes, transport, commutative=commutative,
-                            equal_blocks=equal_blocks)[0][0]
+        key = (collective, p, nbytes, transport, commutative, equal_blocks)
+        found = self._memo.get(key)
+        if found is None:
+            if p == 1:
+                found = next(iter(REGISTRY[collective]))
+            else:
+                found = self.explain(collective, p, nbytes, transport, commutative=commutative,
+                                     equal_blocks=equal_blocks)[0][0]
+            if len(self._memo) > 4096:
+                self._memo.clear()
+            self._memo[key] = found
+        return found
