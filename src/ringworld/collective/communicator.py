@@ -18,7 +18,7 @@ from typing import Any, Self
 
 import numpy as np
 
-from ringworld.algorithms import executor, registry
+from ringworld.algorithms import executor, registry, shm
 from ringworld.algorithms.schedule import Spec
 from ringworld.collective.buffers import (
     EMPTY_U8,
@@ -58,16 +58,36 @@ class Communicator(ObjectCollectives):
         self.last_algorithm = ""
         self._scratch = executor.Scratch()
         self._freed = False
+        self._can_share: bool | None = None
+        self._arena: shm.Arena | None = None
 
     # ------------------------------------------------------------------ plumbing
     def _choose(self, collective: str, nbytes: int, algorithm: str | None, *,
-                commutative: bool = True, equal_blocks: bool = True) -> str:
+                commutative: bool = True, equal_blocks: bool = True,
+                blocking: bool = False) -> str:
         if self._freed:
             raise CommError(f"{self.name} was freed; it cannot be used any more")
+        shm_ok = blocking and self.transport == "shm" and self._shares_memory()
         name = self.selector.choose(collective, self.size, nbytes, self.transport, algorithm,
-                                    commutative=commutative, equal_blocks=equal_blocks)
+                                    commutative=commutative, equal_blocks=equal_blocks,
+                                    shm=shm_ok)
         self.last_algorithm = name
         return name
+
+    def _shares_memory(self) -> bool:
+        if self._can_share is None:
+            self._can_share = self.supports_shared_memory
+        return self._can_share
+
+    def _shm(self, what: str, timeout: float | None) -> shm.Arena:
+        """This communicator's shared-memory arena (mapped on first use: collective)."""
+        self.next_seq()  # shared-memory collectives send no messages but keep tags in step
+        if self._arena is None:
+            self._arena = shm.Arena(self, lambda: self.barrier(algorithm="dissemination",
+                                                               timeout=timeout))
+        self._arena.what = f"{what} (shm) on {self.name}"
+        self._arena.timeout = timeout
+        return self._arena
 
     def _go(self, collective: str, algo: str, spec: Spec, arrays: Sequence[Array],
             op: Op | None, blocking: bool, timeout: float | None,
@@ -142,7 +162,10 @@ class Communicator(ObjectCollectives):
                timeout: float | None) -> Request[None]:
         root = self._root(root)
         a = as_array(buf, "buf", writable=self.rank != root)
-        algo = self._choose("bcast", a.nbytes, algorithm)
+        algo = self._choose("bcast", a.nbytes, algorithm, blocking=blocking)
+        if algo == "shm":
+            shm.bcast(self._shm("bcast", timeout), a, root)
+            return CompletedRequest(self._engine, None)
         seg = max(1, self.selector.segment_bytes // max(1, a.itemsize))
         return self._go("bcast", algo, Spec(self.size, self.rank, a.size, root, segment=seg),
                         [EMPTY_U8.view(a.dtype), a], None, blocking, timeout)
@@ -178,7 +201,11 @@ class Communicator(ObjectCollectives):
             sb = as_array(sendbuf, "sendbuf")
             rb = EMPTY_U8.view(sb.dtype)
         o = self._op(op, sb)
-        algo = self._choose("reduce", sb.nbytes, algorithm, commutative=o.commutative)
+        algo = self._choose("reduce", sb.nbytes, algorithm, commutative=o.commutative,
+                            blocking=blocking)
+        if algo == "shm":
+            shm.reduce(self._shm("reduce", timeout), sb, rb, o, root)
+            return CompletedRequest(self._engine, None)
         return self._go("reduce", algo, Spec(self.size, self.rank, sb.size, root,
                                              commutative=o.commutative),
                         [sb, rb], o, blocking, timeout)
@@ -209,7 +236,11 @@ class Communicator(ObjectCollectives):
         same_dtype(sb, rb, "sendbuf", "recvbuf")
         check_len(rb, sb.size, "recvbuf", "the size of sendbuf")
         o = self._op(op, rb)
-        algo = self._choose("allreduce", rb.nbytes, algorithm, commutative=o.commutative)
+        algo = self._choose("allreduce", rb.nbytes, algorithm, commutative=o.commutative,
+                            blocking=blocking)
+        if algo == "shm":
+            shm.allreduce(self._shm("allreduce", timeout), sb, rb, o)
+            return CompletedRequest(self._engine, None)
         return self._go("allreduce", algo, Spec(self.size, self.rank, rb.size,
                                                 commutative=o.commutative),
                         [sb, rb], o, blocking, timeout)
@@ -272,7 +303,12 @@ class Communicator(ObjectCollectives):
             out = rb
         o = self._op(op, sb)
         algo = self._choose(coll, sb.nbytes // max(1, p), algorithm, commutative=o.commutative,
-                            equal_blocks=len(set(c)) <= 1)
+                            equal_blocks=counts is None, blocking=blocking)
+        if algo == "shm":
+            shm.reduce_scatter_block(self._shm(coll, timeout), sb, out, o)
+            if finish is not None:
+                finish()
+            return CompletedRequest(self._engine, None)
         spec = Spec(p, r, c[0] if c else 0, counts=c if counts is not None else None,
                     commutative=o.commutative)
         return self._go(coll, algo, spec, [sb, out], o, blocking, timeout, finish)
@@ -517,7 +553,10 @@ class Communicator(ObjectCollectives):
             coll, spec = "allgatherv", Spec(p, r, c[r], counts=c, displs=d)
             equal = False
         same_dtype(sb, rb, "sendbuf", "recvbuf")
-        algo = self._choose(coll, sb.nbytes, algorithm, equal_blocks=equal)
+        algo = self._choose(coll, sb.nbytes, algorithm, equal_blocks=equal, blocking=blocking)
+        if algo == "shm":
+            shm.allgather(self._shm(coll, timeout), sb, rb)
+            return CompletedRequest(self._engine, None)
         return self._go(coll, algo, spec, [sb, rb], None, blocking, timeout)
 
     # ------------------------------------------------------------------ alltoall
@@ -543,7 +582,10 @@ class Communicator(ObjectCollectives):
         sb = rb.copy() if sendbuf is IN_PLACE else as_array(sendbuf, "sendbuf")
         same_dtype(sb, rb, "sendbuf", "recvbuf")
         check_len(sb, rb.size, "sendbuf", "the size of recvbuf")
-        algo = self._choose("alltoall", sb.nbytes // p, algorithm)
+        algo = self._choose("alltoall", sb.nbytes // p, algorithm, blocking=blocking)
+        if algo == "shm":
+            shm.alltoall(self._shm("alltoall", timeout), sb, rb)
+            return CompletedRequest(self._engine, None)
         return self._go("alltoall", algo, Spec(p, r, n), [sb, rb], None, blocking, timeout)
 
     def alltoallv(self, sendbuf: Any, recvbuf: Any, sendcounts: Sequence[int],

@@ -11,14 +11,17 @@ so user tags can never match internal traffic and communicators never see each o
 
 from __future__ import annotations
 
+import math
 import operator
+import os
 import pickle
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, Self, TypeVar
 
 from ringworld.comm import objects
-from ringworld.comm.engine import RECV_SPIN, SELF_CONTEXT, Engine
+from ringworld.comm.engine import CHECK_PEERS_EVERY, RECV_SPIN, SELF_CONTEXT, Engine
 from ringworld.comm.requests import (
     ANY_SOURCE,
     ANY_TAG,
@@ -31,6 +34,8 @@ from ringworld.comm.requests import (
     _new_status,
     wait_all,
 )
+from ringworld.errors import PeerFailure, Timeout, TransportError
+from ringworld.transport.base import Transport
 
 T = TypeVar("T")
 
@@ -197,6 +202,89 @@ class Communicator:
                              self._to_comm)
         self._engine.post(req)
         return req
+
+    # ------------------------------------------------- shared memory between the ranks
+    def _window_transport(self) -> Transport | None:
+        route = self._engine.route
+        ts = {route[w] for w in self._ranks if w != self._engine.rank}
+        if len(ts) != 1:
+            return None
+        t = next(iter(ts))
+        return t if t is not None and t.supports_shared_windows else None
+
+    @property
+    def supports_shared_memory(self) -> bool:
+        """Whether every rank of this communicator can map memory of every other."""
+        return self.size > 1 and self._window_transport() is not None
+
+    def map_shared(self, nbytes: int, key: str, sync: Callable[[], None]) -> list[memoryview]:
+        """Collectively give each rank a shared segment of ``nbytes``; return all, rank order.
+
+        Like MPI_Win_allocate_shared: each rank creates its own segment; ``sync`` (a barrier
+        of this communicator) separates creating, attaching and unlinking, so the names are
+        gone once this returns (nothing left behind if the job is killed later). ``key`` must be
+        unique for this communicator and identical on every rank. Cost: one mapping per rank.
+
+        Raises:
+            TransportError: the ranks cannot share memory, or it is exhausted.
+        """
+        t = self._window_transport()
+        if t is None:
+            raise TransportError(f"the ranks of {self.name} cannot share memory")
+        full = f"{self.context}x{key}"
+        views: list[memoryview] = []
+        try:
+            mine = t.window_create(full, nbytes)
+            sync()
+            for i, w in enumerate(self._ranks):
+                views.append(mine if i == self.rank else t.window_attach(w, full, nbytes))
+            sync()
+        finally:
+            t.window_unlink(full)
+        return views
+
+    def spin_until(self, cond: Callable[[], bool], timeout: float | None,
+                   describe: Callable[[], str], waiting_for: Callable[[], Collection[int]]) -> None:
+        """Wait for ``cond()`` (a flag in shared memory), keeping messages moving.
+
+        Spins, then yields the CPU; polls the transports every few checks (so nonblocking
+        operations progress) and checks peers' liveness every 50 ms. ``waiting_for()`` names
+        the world ranks still awaited.
+
+        Raises:
+            Timeout: not true within ``timeout`` (default: the job's); names what was awaited.
+            PeerFailure: an awaited rank has exited.
+        """
+        engine = self._engine
+        if timeout is None:
+            timeout = engine.timeout
+        polls = 0
+        deadline = None
+        next_check = 0.0
+        while not cond():
+            polls += 1
+            if polls & 15 == 0:
+                engine.progress()
+            if polls < 2000:
+                continue
+            now = time.monotonic()
+            if deadline is None:
+                deadline = math.inf if timeout is None else now + timeout
+                next_check = now + CHECK_PEERS_EVERY
+            if now >= next_check:
+                next_check = now + CHECK_PEERS_EVERY
+                engine.check_peers()
+                dead = [w for w in waiting_for() if w in engine.dead]
+                if dead:
+                    cause = engine.dead[dead[0]]
+                    raise PeerFailure(dead[0], f"{cause.detail}; while waiting for "
+                                               f"{describe()}") from cause
+            if now >= deadline:
+                if cond():
+                    return
+                raise Timeout(f"{describe()}: not complete after {timeout:g} s "
+                              f"(rank {self.rank} of {self.size} on {self.name})")
+            os.sched_yield()
 
     def next_seq(self) -> int:
         """The sequence number (tag) of this rank's next collective on this communicator."""

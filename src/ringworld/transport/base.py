@@ -22,6 +22,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 
+from ringworld.errors import TransportError
+
 OnDone = Callable[[], None]
 Deliver = Callable[["Incoming"], None]
 
@@ -142,6 +144,32 @@ class Transport(ABC):
         then uses the general :meth:`poll` path. Never consumes a message it does not return.
         """
         return None
+
+    #: whether :meth:`window_create` and friends work (every peer maps the same memory).
+    supports_shared_windows: bool = False
+
+    def window_create(self, key: str, nbytes: int) -> memoryview:
+        """Create this rank's shared window ``key`` of ``nbytes`` (zeroed) and map it.
+
+        Only where :attr:`supports_shared_windows`; the caller then synchronises, has every
+        peer :meth:`window_attach`, synchronises again and calls :meth:`window_unlink`.
+
+        Raises:
+            TransportError: no shared memory here, or not enough of it.
+        """
+        raise TransportError(f"{type(self).__name__} has no shared windows")
+
+    def window_attach(self, rank: int, key: str, nbytes: int) -> memoryview:
+        """Map peer ``rank``'s window ``key`` (created with :meth:`window_create`).
+
+        Raises:
+            TransportError: it does not exist or has another size.
+        """
+        raise TransportError(f"{type(self).__name__} has no shared windows")
+
+    def window_unlink(self, key: str) -> None:
+        """Remove the name of this rank's window ``key`` (mappings stay valid until close)."""
+        return
 
     @abstractmethod
     def poll(self, deliver: Deliver) -> bool:

@@ -451,6 +451,53 @@ class ShmTransport(Transport):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.inbox_path)
 
+    # ------------------------------------------------------------------ shared windows
+    supports_shared_windows = True
+
+    def _window_path(self, rank: int, key: str) -> str:
+        if not key.isalnum():
+            raise ValueError(f"window key {key!r} must be alphanumeric")
+        return f"{self.inbox_path.rsplit('-', 1)[0]}-{rank}w{key}"
+
+    def window_create(self, key: str, nbytes: int) -> memoryview:
+        path = self._window_path(self.rank, key)
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        except OSError as exc:
+            raise TransportError(f"cannot create shared window {path}: {exc.strerror}") from exc
+        try:
+            os.ftruncate(fd, nbytes)
+            os.posix_fallocate(fd, 0, nbytes)  # a full /dev/shm fails here, not with SIGBUS
+            mm = mmap.mmap(fd, nbytes)
+        except OSError as exc:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            raise TransportError(f"cannot reserve a {nbytes}-byte shared window in "
+                                 f"{os.path.dirname(path)} ({exc.strerror})") from exc
+        finally:
+            os.close(fd)
+        self._mms.append(mm)
+        return memoryview(mm)
+
+    def window_attach(self, rank: int, key: str, nbytes: int) -> memoryview:
+        path = self._window_path(rank, key)
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except OSError as exc:
+            raise TransportError(f"cannot open rank {rank}'s shared window {path}") from exc
+        try:
+            if os.fstat(fd).st_size != nbytes:
+                raise TransportError(f"rank {rank}'s shared window {path} has the wrong size")
+            mm = mmap.mmap(fd, nbytes)
+        finally:
+            os.close(fd)
+        self._mms.append(mm)
+        return memoryview(mm)
+
+    def window_unlink(self, key: str) -> None:
+        with contextlib.suppress(FileNotFoundError, ValueError):
+            os.unlink(self._window_path(self.rank, key))
+
     # ------------------------------------------------------------------ sending
     def _peer(self, dest: int) -> _Peer:
         p = self._peers[dest] if 0 <= dest < self.size else None

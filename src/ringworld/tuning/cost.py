@@ -118,6 +118,29 @@ MODELS: dict[str, dict[str, Model]] = {
                                                    _log2(p) * n, n),
     },
 }
+SHM_CHUNK = 4 << 20
+
+
+def _shm(sync_per_chunk: int, copied: float, reduced: float, per_rank: bool = False
+         ) -> Model:
+    """A shared-memory algorithm: syncs per chunk, bytes copied and reduced per byte of n."""
+    def m(p: int, n: float, seg: int) -> Work:
+        total = n * p if per_rank else n
+        chunks = max(1, math.ceil(total / SHM_CHUNK))
+        return Work(sync_per_chunk * chunks, 0, 0, reduced * n * (p - 1) / p,
+                    copied * n * (p - 1 if per_rank else 1))
+    return m
+
+
+SHM_MODELS: dict[str, Model] = {
+    "allreduce": _shm(2, 2.0, 1.0),
+    "reduce": _shm(2, 1.5, 1.0),
+    "bcast": _shm(1, 1.0, 0.0),
+    "allgather": _shm(1, 1.0, 0.0, per_rank=True),
+    "reduce_scatter_block": _shm(2, 1.0, 1.0, per_rank=True),
+    "alltoall": _shm(2, 2.0, 0.0, per_rank=True),
+}
+
 # collectives whose algorithms share a model with another's
 ALIASES = {"gatherv": "gather", "scatterv": "scatter", "allgatherv": "allgather",
            "alltoallv": "alltoall", "alltoallw": "alltoall",
@@ -126,6 +149,8 @@ ALIASES = {"gatherv": "gather", "scatterv": "scatter", "allgatherv": "allgather"
 
 def model(collective: str, algorithm: str) -> Model | None:
     """The cost model of an algorithm, or None if it has none (then it is never auto-chosen)."""
+    if algorithm == "shm":
+        return SHM_MODELS.get(collective)
     return MODELS.get(ALIASES.get(collective, collective), {}).get(algorithm)
 
 

@@ -12,7 +12,9 @@ import math
 
 from ringworld.algorithms.registry import REGISTRY, Algorithm, algorithm
 from ringworld.errors import ConfigError
-from ringworld.tuning.cost import Constants, predict
+from ringworld.tuning.cost import SHM_MODELS, Constants, predict
+
+SHM = "shm"  # the shared-memory algorithms (ringworld.algorithms.shm): blocking calls only
 
 LINEAR_MAX_RANKS = 2  # "linear for tiny worlds": beyond this only if forced
 
@@ -24,11 +26,12 @@ class Selector:
                  forced: tuple[tuple[str, str], ...] = (), segment_bytes: int = 1 << 20) -> None:
         self.constants = constants
         self.segment_bytes = segment_bytes
-        self._memo: dict[tuple[str, int, float, str, bool, bool], str] = {}
+        self._memo: dict[tuple[str, int, float, str, bool, bool, bool], str] = {}
         self.forced: dict[str, str] = {}
         for coll, name in forced:
             try:
-                algorithm(coll, name)
+                if name != SHM:
+                    algorithm(coll, name)
             except ValueError as exc:
                 raise ConfigError(f"RINGWORLD_ALGORITHMS: {exc}") from None
             self.forced[coll] = name
@@ -41,9 +44,12 @@ class Selector:
                 and (equal_blocks or not a.equal_blocks_only)]
 
     def explain(self, collective: str, p: int, nbytes: float, transport: str, *,
-                commutative: bool = True,
-                equal_blocks: bool = True) -> list[tuple[str, float]]:
-        """Every runnable algorithm with its predicted seconds, cheapest first."""
+                commutative: bool = True, equal_blocks: bool = True,
+                shm: bool = False) -> list[tuple[str, float]]:
+        """Every runnable algorithm with its predicted seconds, cheapest first.
+
+        ``shm``: the shared-memory algorithm may run (blocking call, ranks share memory).
+        """
         c = self.constants.get(transport, self.constants["shm"])
         rows = []
         for a in self.candidates(collective, commutative=commutative,
@@ -52,12 +58,14 @@ class Selector:
             if a.name == "linear" and p > LINEAR_MAX_RANKS:
                 t = math.inf if len(REGISTRY[collective]) > 1 else t
             rows.append((a.name, t))
+        if shm and equal_blocks and collective in SHM_MODELS:
+            rows.append((SHM, predict(collective, SHM, p, nbytes, c)))
         rows.sort(key=lambda row: row[1])
         return rows
 
     def choose(self, collective: str, p: int, nbytes: float, transport: str,
                requested: str | None = None, *, commutative: bool = True,
-               equal_blocks: bool = True) -> str:
+               equal_blocks: bool = True, shm: bool = False) -> str:
         """The algorithm to run.
 
         Raises:
@@ -65,6 +73,16 @@ class Selector:
                 commutative-only algorithm with a non-commutative op).
         """
         name = requested or self.forced.get(collective)
+        if name == SHM:
+            if collective not in SHM_MODELS:
+                raise ValueError(f"algorithm='shm' is not available for {collective}; it "
+                                 f"exists for {', '.join(SHM_MODELS)}")
+            if shm and equal_blocks:
+                return SHM
+            if requested is not None:
+                raise ValueError("algorithm='shm' needs a blocking call on ranks that share "
+                                 "memory (shm transport) with equal blocks")
+            name = None  # forced by the environment but impossible here: choose freely
         if name is not None:
             algo = algorithm(collective, name)
             if algo.commutative_only and not commutative:
@@ -74,14 +92,14 @@ class Selector:
             if algo.equal_blocks_only and not equal_blocks:
                 raise ValueError(f"algorithm={name!r} needs equal blocks on every rank")
             return name
-        key = (collective, p, nbytes, transport, commutative, equal_blocks)
+        key = (collective, p, nbytes, transport, commutative, equal_blocks, shm)
         found = self._memo.get(key)
         if found is None:
             if p == 1:
                 found = next(iter(REGISTRY[collective]))
             else:
                 found = self.explain(collective, p, nbytes, transport, commutative=commutative,
-                                     equal_blocks=equal_blocks)[0][0]
+                                     equal_blocks=equal_blocks, shm=shm)[0][0]
             if len(self._memo) > 4096:
                 self._memo.clear()
             self._memo[key] = found

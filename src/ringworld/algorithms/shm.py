@@ -1,0 +1,220 @@
+"""Shared-memory collectives: on one host every rank reads the others' data directly.
+
+Each rank of the communicator owns a window (mapped by all, see ``map_shared``)::
+
+    [ counter (8 bytes, own cache line) | pad to 4 KiB | area 0 (CHUNK) | area 1 (CHUNK) ]
+
+A *sync* is a flag barrier: a rank stores its epoch in its counter and waits until every
+counter has reached it (x86 stores become visible in program order, so data written before
+the counter is seen by a rank that has seen the counter). Messages and matching are bypassed;
+the transport is still polled while waiting, so other operations keep moving.
+
+allreduce, per chunk of at most CHUNK bytes::
+
+    1. rank i copies its input chunk (all but its own slice) into its area 0
+    2. sync
+    3. rank i combines slice i of every rank's chunk, in rank order, into its output and
+       into its area 1 (one pass over p inputs: each element is reduced once, by one rank,
+       so the result is bitwise identical everywhere and non-commutative ops are fine)
+    4. sync
+    5. rank i copies every other rank's reduced slice from their area 1
+
+That is (2 - 1/p) n bytes copied and n/p reduced per rank, against 4 n (p-1)/p bytes moved
+through a transport by the ring. bcast, allgather, reduce_scatter_block, alltoall and reduce
+follow the same pattern. Rules that keep back-to-back collectives safe without extra syncs:
+area 0 is written only before a collective's first sync and read only before its last; area 1
+is written only after its first sync.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ringworld.algorithms.schedule import blocks
+from ringworld.comm.ops import Op
+
+if TYPE_CHECKING:
+    from ringworld.comm.communicator import Communicator
+
+Array = np.ndarray[Any, Any]
+
+HEADER = 4096
+CHUNK = 4 << 20
+COLLECTIVES = ("allreduce", "reduce", "bcast", "allgather", "reduce_scatter_block", "alltoall")
+
+
+class Arena:
+    """The shared windows of one communicator and the flag barrier over them."""
+
+    def __init__(self, comm: Communicator, barrier: Callable[[], None],
+                 chunk: int = CHUNK) -> None:
+        self.comm = comm
+        self.chunk = chunk
+        views = comm.map_shared(HEADER + 2 * chunk, "arena", barrier)
+        self._ctr = [np.frombuffer(v, dtype=np.int64, count=1) for v in views]
+        self._areas = [(np.frombuffer(v, dtype=np.uint8, count=chunk, offset=HEADER),
+                        np.frombuffer(v, dtype=np.uint8, count=chunk, offset=HEADER + chunk))
+                       for v in views]
+        self._epoch = 0
+        self.what = ""
+        self.timeout: float | None = None
+
+    def area(self, rank: int, which: int, dtype: np.dtype[Any], count: int) -> Array:
+        """``count`` elements of ``dtype`` at the start of ``rank``'s area ``which``."""
+        return self._areas[rank][which][: count * dtype.itemsize].view(dtype)
+
+    def sync(self) -> None:
+        """Wait until every rank has reached this point (a barrier over shared counters).
+
+        Raises:
+            Timeout, PeerFailure: as :meth:`Communicator.spin_until`.
+        """
+        self._epoch += 1
+        e = self._epoch
+        ctr = self._ctr
+        ctr[self.comm.rank][0] = e
+
+        def arrived() -> bool:
+            return all(c[0] >= e for c in ctr)
+
+        if not arrived():
+            ranks = self.comm.world_ranks
+
+            def missing() -> Collection[int]:
+                return [ranks[i] for i, c in enumerate(ctr) if c[0] < e]
+
+            def describe() -> str:
+                who = [i for i, c in enumerate(ctr) if c[0] < e]
+                return f"{self.what}, shared-memory sync {e}, waiting for rank(s) {who}"
+
+            self.comm.spin_until(arrived, self.timeout, describe, missing)
+
+
+def _parts(n: int, chunk_elems: int) -> list[tuple[int, int]]:
+    step = max(1, chunk_elems)
+    return [(s, min(step, n - s)) for s in range(0, n, step)] or [(0, 0)]
+
+
+def allreduce(a: Arena, send: Array, recv: Array, op: Op) -> None:
+    """Allreduce through shared memory (rank-ordered, bitwise identical on all ranks)."""
+    p, r = a.comm.size, a.comm.rank
+    dt = recv.dtype
+    inplace = np.shares_memory(send, recv)
+    for c0, m in _parts(recv.size, a.chunk // dt.itemsize):
+        blk = blocks(m, p)
+        s0, sl = blk[r]
+        mine = a.area(r, 0, dt, m)
+        src = send[c0 : c0 + m]
+        if inplace:  # our own slice is overwritten below while others' are still needed
+            np.copyto(mine, src)
+        else:
+            np.copyto(mine[:s0], src[:s0])
+            np.copyto(mine[s0 + sl :], src[s0 + sl :])
+        a.sync()
+        ins = [a.area(i, 0, dt, m)[s0 : s0 + sl] for i in range(p)]
+        if not inplace:
+            ins[r] = src[s0 : s0 + sl]
+        dst = recv[c0 + s0 : c0 + s0 + sl]
+        op.combine_into(dst, ins[0], ins[1])
+        for i in range(2, p):
+            op.reduce_into(dst, ins[i], src_left=False)
+        np.copyto(a.area(r, 1, dt, m)[s0 : s0 + sl], dst)
+        a.sync()
+        for i in range(p):
+            if i != r:
+                b0, bl = blk[i]
+                np.copyto(recv[c0 + b0 : c0 + b0 + bl], a.area(i, 1, dt, m)[b0 : b0 + bl])
+
+
+def reduce(a: Arena, send: Array, recv: Array, op: Op, root: int) -> None:
+    """Reduce to ``root`` through shared memory (each rank combines one slice)."""
+    p, r = a.comm.size, a.comm.rank
+    dt = send.dtype
+    for c0, m in _parts(send.size, a.chunk // dt.itemsize):
+        blk = blocks(m, p)
+        s0, sl = blk[r]
+        np.copyto(a.area(r, 0, dt, m), send[c0 : c0 + m])
+        a.sync()
+        ins = [a.area(i, 0, dt, m)[s0 : s0 + sl] for i in range(p)]
+        dst = (recv[c0 + s0 : c0 + s0 + sl] if r == root else a.area(r, 1, dt, m)[s0 : s0 + sl])
+        op.combine_into(dst, ins[0], ins[1])
+        for i in range(2, p):
+            op.reduce_into(dst, ins[i], src_left=False)
+        a.sync()
+        if r == root:
+            for i in range(p):
+                if i != r:
+                    b0, bl = blk[i]
+                    np.copyto(recv[c0 + b0 : c0 + b0 + bl], a.area(i, 1, dt, m)[b0 : b0 + bl])
+
+
+def bcast(a: Arena, buf: Array, root: int) -> None:
+    """Broadcast through the root's window, double-buffered: one sync per chunk."""
+    r = a.comm.rank
+    dt = buf.dtype
+    for k, (c0, m) in enumerate(_parts(buf.size, a.chunk // dt.itemsize)):
+        area = a.area(root, k % 2, dt, m)
+        if r == root:
+            np.copyto(area, buf[c0 : c0 + m])
+        a.sync()
+        if r != root:
+            np.copyto(buf[c0 : c0 + m], area)
+    a.sync()
+
+
+def allgather(a: Arena, send: Array, recv: Array) -> None:
+    """Every rank publishes its block; every rank copies all the others'."""
+    p, r = a.comm.size, a.comm.rank
+    dt = recv.dtype
+    n = send.size
+    for k, (b0, m) in enumerate(_parts(n, a.chunk // dt.itemsize)):
+        np.copyto(a.area(r, k % 2, dt, m), send[b0 : b0 + m])
+        if not np.shares_memory(send, recv):
+            np.copyto(recv[r * n + b0 : r * n + b0 + m], send[b0 : b0 + m])
+        a.sync()
+        for i in range(p):
+            if i != r:
+                np.copyto(recv[i * n + b0 : i * n + b0 + m], a.area(i, k % 2, dt, m))
+    a.sync()
+
+
+def reduce_scatter_block(a: Arena, send: Array, recv: Array, op: Op) -> None:
+    """Every rank publishes its p blocks; rank i combines block i of all, in rank order."""
+    p, r = a.comm.size, a.comm.rank
+    dt = recv.dtype
+    n = recv.size
+    for b0, m in _parts(n, a.chunk // dt.itemsize // p):
+        mine = a.area(r, 0, dt, p * m)
+        for j in range(p):
+            if j != r:
+                np.copyto(mine[j * m : (j + 1) * m], send[j * n + b0 : j * n + b0 + m])
+        a.sync()
+        ins = [send[r * n + b0 : r * n + b0 + m] if i == r
+               else a.area(i, 0, dt, p * m)[r * m : (r + 1) * m] for i in range(p)]
+        dst = recv[b0 : b0 + m]
+        op.combine_into(dst, ins[0], ins[1])
+        for i in range(2, p):
+            op.reduce_into(dst, ins[i], src_left=False)
+        a.sync()
+
+
+def alltoall(a: Arena, send: Array, recv: Array) -> None:
+    """Every rank publishes its p blocks; every rank copies its block from each."""
+    p, r = a.comm.size, a.comm.rank
+    dt = recv.dtype
+    n = recv.size // p
+    for b0, m in _parts(n, a.chunk // dt.itemsize // p):
+        mine = a.area(r, 0, dt, p * m)
+        for j in range(p):
+            if j != r:
+                np.copyto(mine[j * m : (j + 1) * m], send[j * n + b0 : j * n + b0 + m])
+        np.copyto(recv[r * n + b0 : r * n + b0 + m], send[r * n + b0 : r * n + b0 + m])
+        a.sync()
+        for i in range(p):
+            if i != r:
+                np.copyto(recv[i * n + b0 : i * n + b0 + m],
+                          a.area(i, 0, dt, p * m)[r * m : (r + 1) * m])
+        a.sync()
