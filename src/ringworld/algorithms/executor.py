@@ -33,6 +33,7 @@ Array = np.ndarray[Any, Any]
 
 ALIGN = 64
 _EMPTY = memoryview(bytearray(0))  # writable: zero-length receives (barriers) land here
+_NO_DATA: np.ndarray[Any, Any] = np.empty(0, dtype=np.uint8)
 
 
 def aligned_empty(count: int, dtype: np.dtype[Any]) -> Array:
@@ -72,7 +73,7 @@ class CollectiveRequest(Request[T]):
     """A collective in progress; ``wait()`` returns its result (``finish()``'s value)."""
 
     __slots__ = ("_arrays", "_bytes", "_comm", "_finish", "_finished", "_i", "_item", "_op",
-                 "_pending", "_scratch", "_steps", "_tag", "what")
+                 "_pending", "_registered", "_scratch", "_steps", "_tag", "what")
 
     def __init__(self, comm: Communicator, sched: Schedule, arrays: Sequence[Array],
                  op: Op | None, what: str, scratch: Scratch | None = None,
@@ -86,7 +87,7 @@ class CollectiveRequest(Request[T]):
         self._tag = comm.next_seq()
         arrs = list(arrays)
         while len(arrs) < 3:
-            arrs.append(np.empty(0, dtype=np.uint8))
+            arrs.append(_NO_DATA)
         self._scratch: Scratch | None = None
         if sched.tmp:
             dtype = arrs[1].dtype if arrs[1].size or not arrs[0].size else arrs[0].dtype
@@ -101,11 +102,13 @@ class CollectiveRequest(Request[T]):
         self._pending: list[Request[Any]] = []
         self._i = 0
         self._finished = False
+        self._registered = False
         try:
             if self._steps:
                 self._start()
             if not inline and not self._advance():
                 self._engine.background.append(self._poll)
+                self._registered = True
         except BaseException:
             self._release()
             raise
@@ -175,8 +178,10 @@ class CollectiveRequest(Request[T]):
         if self._scratch is not None:
             self._scratch.busy = False
             self._scratch = None
-        with contextlib.suppress(ValueError):
-            self._engine.background.remove(self._poll)
+        if self._registered:
+            self._registered = False
+            with contextlib.suppress(ValueError):
+                self._engine.background.remove(self._poll)
 
     def _poll(self) -> None:
         """Advance from the engine's progress loop; errors are kept for ``wait``."""

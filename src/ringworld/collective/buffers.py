@@ -39,7 +39,13 @@ def as_array(buf: Any, name: str, *, writable: bool = False) -> Array:
         TypeError: not a buffer, read-only when ``writable``, or an object dtype.
         ValueError: not C-contiguous.
     """
-    if isinstance(buf, np.ndarray):
+    if type(buf) is np.ndarray:
+        flags = buf.flags
+        if buf.ndim == 1 and flags.c_contiguous and (flags.writeable or not writable) \
+                and not buf.dtype.hasobject:
+            return buf  # the common case, checked cheaply
+        a = buf
+    elif isinstance(buf, np.ndarray):
         a = buf
     else:
         if buf is None or buf is IN_PLACE:

@@ -45,6 +45,7 @@ from ringworld.tuning.select import Selector
 UNDEFINED = -32766  # split color of ranks that want no new communicator (MPI_UNDEFINED)
 
 OpLike = Op | str
+_CHECKED_OPS: dict[tuple[OpLike, np.dtype[Any]], Op] = {}  # (op, dtype) pairs known valid
 
 
 class Communicator(ObjectCollectives):
@@ -92,7 +93,7 @@ class Communicator(ObjectCollectives):
     def _go(self, collective: str, algo: str, spec: Spec, arrays: Sequence[Array],
             op: Op | None, blocking: bool, timeout: float | None,
             finish: Callable[[], None] | None = None) -> Request[None]:
-        sched = registry.build(collective, algo, spec)
+        sched = registry.build(collective, algo, spec)  # cached: schedules are pure
         nbytes = max((a.nbytes for a in arrays), default=0)
         what = f"{collective} ({algo}, {nbytes} bytes)"
         if blocking:
@@ -112,12 +113,17 @@ class Communicator(ObjectCollectives):
         return executor.CollectiveRequest[None](self, sched, arrays, op, what, None, finish)
 
     def _op(self, op: OpLike, *bufs: Array) -> Op:
-        o = ops.resolve(op)
         for b in bufs:
             if b.size:
-                o.check_dtype(b.dtype, "the buffers")
-                break
-        return o
+                key = (op, b.dtype)
+                found = _CHECKED_OPS.get(key)
+                if found is None:
+                    found = ops.resolve(op)
+                    found.check_dtype(b.dtype, "the buffers")
+                    if len(_CHECKED_OPS) < 1024:
+                        _CHECKED_OPS[key] = found
+                return found
+        return ops.resolve(op)
 
     def _root(self, root: int) -> int:
         self._world(root, "root")  # validates

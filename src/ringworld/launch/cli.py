@@ -41,7 +41,7 @@ from ringworld.launch.procset import ProcessSet
 from ringworld.launch.report import failure_report, job_exit_code
 
 #: Modules that add subcommands (see the module docstring for the protocol).
-SUBCOMMAND_MODULES = ("ringworld.bench.cli",)
+SUBCOMMAND_MODULES = ("ringworld.bench.cli", "ringworld.tuning.cli")
 
 _DESCRIPTION = "Ringworld: MPI-style communication for Python processes."
 _RUN_DESCRIPTION = """\
