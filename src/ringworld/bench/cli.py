@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ringworld.bench import pingpong
+from ringworld.bench import pingpong, sweep
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -14,6 +14,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
                               description="Benchmarks of Ringworld, optionally against peers.")
     benches = p.add_subparsers(dest="bench", metavar="BENCHMARK")
     pingpong.add_parser(benches)
+    sweep.add_parsers(benches)
 
     def usage(args: argparse.Namespace) -> int:
         p.print_help()

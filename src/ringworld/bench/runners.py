@@ -1,4 +1,4 @@
-"""Starting benchmark jobs: ``ringworld run``, MPICH's ``mpiexec`` and a plain socket pair.
+"""Starting benchmark jobs: ``ringworld run``, MPICH's ``mpiexec``, gloo and a socket pair.
 
 Every job runs in its own session with its output in a temporary file; a job that outlives its
 timeout is killed as a whole process group. Nothing here imports the communication layers, so
@@ -18,8 +18,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 RANK_PROGRAM = HERE / "pingpong_rank.py"
 BARRIER_PROGRAM = HERE / "barrier_rank.py"
+SWEEP_PROGRAM = HERE / "sweep_rank.py"
+GLOO_LAUNCHER = HERE / "gloo_launch.py"
 OUTPUT_TAIL_LINES = 25  # lines of a failed job's output shown in the report
 
 
@@ -86,8 +89,15 @@ def run_job(
     *,
     pass_fds: Sequence[int] = (),
     env: dict[str, str] | None = None,
+    on_line: Callable[[str], None] | None = None,
 ) -> JobOutcome:
-    """Run ``argv`` to completion (or kill it at ``timeout``), capturing its output."""
+    """Run ``argv`` to completion (or kill it at ``timeout``), capturing its output.
+
+    With ``on_line`` the output is read through a pipe and every line is also passed to it as it
+    arrives (for progress reports); the job's output is captured all the same.
+    """
+    if on_line is not None:
+        return _run_streaming(argv, timeout, env, on_line)
     with tempfile.TemporaryFile() as log:
         t0 = time.perf_counter()
         proc = subprocess.Popen(
@@ -104,6 +114,39 @@ def run_job(
         log.seek(0)
         output = log.read().decode(errors="replace")
     return JobOutcome(proc.returncode, seconds, output, timed_out)
+
+
+def _run_streaming(
+    argv: Sequence[str], timeout: float, env: dict[str, str] | None,
+    on_line: Callable[[str], None],
+) -> JobOutcome:
+    """:func:`run_job` reading the output line by line in a thread."""
+    lines: list[str] = []
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(
+        list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        start_new_session=True, env=env,
+    )
+    stdout = proc.stdout
+    assert stdout is not None
+
+    def pump() -> None:
+        for raw in stdout:
+            line = raw.decode(errors="replace")
+            lines.append(line)
+            on_line(line.rstrip("\n"))
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    timed_out = False
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        _kill_group(proc)
+    reader.join(5)  # a rank's orphaned child could hold the pipe open: do not wait forever
+    stdout.close()
+    return JobOutcome(proc.returncode, time.perf_counter() - t0, "".join(lines), timed_out)
 
 
 # --------------------------------------------------------------------------------------------
@@ -164,6 +207,48 @@ def find_mpi_peer(python: str | None) -> MpiPeer:
     if probe.returncode != 0:
         raise ValueError(f"{path} cannot import mpi4py and numpy: {probe.describe()}")
     return MpiPeer(str(path), found)
+
+
+@dataclass(frozen=True, slots=True)
+class TorchPeer:
+    """A Python with torch (gloo) and numpy; jobs start under ``gloo_launch.py``."""
+
+    python: str
+
+    def argv(self, np: int, program: Sequence[str]) -> list[str]:
+        """``python gloo_launch.py -n NP -- python PROGRAM...``."""
+        return [self.python, str(GLOO_LAUNCHER), "-n", str(np), "--", self.python, *program]
+
+
+def find_torch_peer(candidates: Sequence[str | None]) -> TorchPeer:
+    """The first of ``candidates`` (pythons or venvs; None entries skipped) with torch and numpy.
+
+    The current python is tried last.
+
+    Raises:
+        ValueError: none of them has torch and numpy installed.
+    """
+    tried: list[str] = []
+    for candidate in [*candidates, sys.executable]:
+        if candidate is None:
+            continue
+        path = Path(candidate)
+        if path.is_dir():
+            path = path / "bin" / "python"
+        if str(path) in tried:
+            continue
+        tried.append(str(path))
+        if not path.is_file():
+            continue
+        # find_spec only: importing torch takes seconds; a torch without gloo fails the job
+        probe = run_job([str(path), "-c", "import importlib.util as u, sys; sys.exit(not "
+                         "(u.find_spec('torch') and u.find_spec('numpy')))"], timeout=120)
+        if probe.returncode == 0:
+            return TorchPeer(str(path))
+    raise ValueError(
+        f"no python with torch and numpy among {tried}: pass --torch-python "
+        "(or set RINGWORLD_TORCH_PYTHON); scripts/install-peers.sh --torch makes one"
+    )
 
 
 # --------------------------------------------------------------------------------------------
