@@ -86,6 +86,7 @@ class Communicator(ObjectCollectives):
         if self._arena is None:
             self._arena = shm.Arena(self, lambda: self.barrier(algorithm="dissemination",
                                                                timeout=timeout))
+            self.last_algorithm = "shm"  # not the barriers that set the windows up
         self._arena.what = f"{what} (shm) on {self.name}"
         self._arena.timeout = timeout
         return self._arena
