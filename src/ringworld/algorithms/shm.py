@@ -2,7 +2,7 @@
 
 Each rank of the communicator owns a window (mapped by all, see ``map_shared``)::
 
-    [ counter (8 bytes, own cache line) | pad to 4 KiB | area 0 (CHUNK) | area 1 (CHUNK) ]
+    [ counter (own cache line) | pad to 4 KiB | slot 0, slot 1 (SMALL each) | area 0 | area 1 ]
 
 A *sync* is a flag barrier: a rank stores its epoch in its counter and waits until every
 counter has reached it (x86 stores become visible in program order, so data written before
@@ -24,6 +24,12 @@ through a transport by the ring. bcast, allgather, reduce_scatter_block, alltoal
 follow the same pattern. Rules that keep back-to-back collectives safe without extra syncs:
 area 0 is written only before a collective's first sync and read only before its last; area 1
 is written only after its first sync.
+
+Small messages (at most SMALL bytes per rank) take one sync: every rank writes its data into
+slot ``epoch % 2``, syncs, and reads what it needs from everyone's slot; a rank reusing a slot
+two syncs later knows everyone has passed the sync in between, so has finished reading it.
+Allreduce then has every rank combine all p inputs in rank order (same operands, same order:
+identical results); a barrier is just a sync.
 """
 
 from __future__ import annotations
@@ -42,8 +48,10 @@ if TYPE_CHECKING:
 Array = np.ndarray[Any, Any]
 
 HEADER = 4096
+SMALL = 16384
 CHUNK = 4 << 20
-COLLECTIVES = ("allreduce", "reduce", "bcast", "allgather", "reduce_scatter_block", "alltoall")
+COLLECTIVES = ("barrier", "allreduce", "reduce", "bcast", "allgather", "reduce_scatter_block",
+               "alltoall")
 
 
 class Arena:
@@ -53,10 +61,14 @@ class Arena:
                  chunk: int = CHUNK) -> None:
         self.comm = comm
         self.chunk = chunk
-        views = comm.map_shared(HEADER + 2 * chunk, "arena", barrier)
+        base = HEADER + 2 * SMALL
+        views = comm.map_shared(base + 2 * chunk, "arena", barrier)
         self._ctr = [np.frombuffer(v, dtype=np.int64, count=1) for v in views]
-        self._areas = [(np.frombuffer(v, dtype=np.uint8, count=chunk, offset=HEADER),
-                        np.frombuffer(v, dtype=np.uint8, count=chunk, offset=HEADER + chunk))
+        self._slots = [(np.frombuffer(v, dtype=np.uint8, count=SMALL, offset=HEADER),
+                        np.frombuffer(v, dtype=np.uint8, count=SMALL, offset=HEADER + SMALL))
+                       for v in views]
+        self._areas = [(np.frombuffer(v, dtype=np.uint8, count=chunk, offset=base),
+                        np.frombuffer(v, dtype=np.uint8, count=chunk, offset=base + chunk))
                        for v in views]
         self._epoch = 0
         self.what = ""
@@ -65,6 +77,14 @@ class Arena:
     def area(self, rank: int, which: int, dtype: np.dtype[Any], count: int) -> Array:
         """``count`` elements of ``dtype`` at the start of ``rank``'s area ``which``."""
         return self._areas[rank][which][: count * dtype.itemsize].view(dtype)
+
+    def slot(self, rank: int, dtype: np.dtype[Any], count: int) -> Array:
+        """``rank``'s small slot for the next sync (``count`` elements of ``dtype``)."""
+        return self._slots[rank][(self._epoch + 1) % 2][: count * dtype.itemsize].view(dtype)
+
+    def last_slot(self, rank: int, dtype: np.dtype[Any], count: int) -> Array:
+        """``rank``'s small slot of the sync just completed."""
+        return self._slots[rank][self._epoch % 2][: count * dtype.itemsize].view(dtype)
 
     def sync(self) -> None:
         """Wait until every rank has reached this point (a barrier over shared counters).
@@ -98,10 +118,23 @@ def _parts(n: int, chunk_elems: int) -> list[tuple[int, int]]:
     return [(s, min(step, n - s)) for s in range(0, n, step)] or [(0, 0)]
 
 
+def barrier(a: Arena) -> None:
+    """A barrier: one sync over the shared counters."""
+    a.sync()
+
+
 def allreduce(a: Arena, send: Array, recv: Array, op: Op) -> None:
     """Allreduce through shared memory (rank-ordered, bitwise identical on all ranks)."""
     p, r = a.comm.size, a.comm.rank
     dt = recv.dtype
+    if recv.nbytes <= SMALL:  # one sync; every rank combines all inputs in rank order
+        n = recv.size
+        np.copyto(a.slot(r, dt, n), send)
+        a.sync()
+        op.combine_into(recv, a.last_slot(0, dt, n), a.last_slot(1, dt, n))
+        for i in range(2, p):
+            op.reduce_into(recv, a.last_slot(i, dt, n), src_left=False)
+        return
     inplace = np.shares_memory(send, recv)
     for c0, m in _parts(recv.size, a.chunk // dt.itemsize):
         blk = blocks(m, p)
@@ -155,6 +188,13 @@ def bcast(a: Arena, buf: Array, root: int) -> None:
     """Broadcast through the root's window, double-buffered: one sync per chunk."""
     r = a.comm.rank
     dt = buf.dtype
+    if buf.nbytes <= SMALL:
+        if r == root:
+            np.copyto(a.slot(r, dt, buf.size), buf)
+        a.sync()
+        if r != root:
+            np.copyto(buf, a.last_slot(root, dt, buf.size))
+        return
     for k, (c0, m) in enumerate(_parts(buf.size, a.chunk // dt.itemsize)):
         area = a.area(root, k % 2, dt, m)
         if r == root:
@@ -170,6 +210,12 @@ def allgather(a: Arena, send: Array, recv: Array) -> None:
     p, r = a.comm.size, a.comm.rank
     dt = recv.dtype
     n = send.size
+    if send.nbytes <= SMALL:
+        np.copyto(a.slot(r, dt, n), send)
+        a.sync()
+        for i in range(p):
+            np.copyto(recv[i * n : (i + 1) * n], a.last_slot(i, dt, n))
+        return
     for k, (b0, m) in enumerate(_parts(n, a.chunk // dt.itemsize)):
         np.copyto(a.area(r, k % 2, dt, m), send[b0 : b0 + m])
         if not np.shares_memory(send, recv):

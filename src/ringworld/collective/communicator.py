@@ -145,7 +145,10 @@ class Communicator(ObjectCollectives):
 
     def _barrier(self, algorithm: str | None, blocking: bool,
                  timeout: float | None) -> Request[None]:
-        algo = self._choose("barrier", 0, algorithm)
+        algo = self._choose("barrier", 0, algorithm, blocking=blocking)
+        if algo == "shm":
+            shm.barrier(self._shm("barrier", timeout))
+            return CompletedRequest(self._engine, None)
         return self._go("barrier", algo, Spec(self.size, self.rank), [], None, blocking, timeout)
 
     # ------------------------------------------------------------------ bcast

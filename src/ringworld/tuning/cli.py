@@ -31,7 +31,8 @@ def measure(transport: str, timeout: float = 300.0) -> Constants:
     for line in proc.stdout.splitlines():
         if line.startswith("RINGWORLD_TUNE "):
             values = json.loads(line.split(" ", 1)[1])
-            return Constants(**{k: float(values[k]) for k in Constants._fields})
+            return Constants(**{k: float(values[k]) for k in Constants._fields
+                                if k in values})
     raise RuntimeError(f"the {transport} measurement failed (exit {proc.returncode}):\n"
                        f"{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
 
@@ -39,7 +40,7 @@ def measure(transport: str, timeout: float = 300.0) -> Constants:
 def _row(name: str, c: Constants) -> str:
     return (f"  {name:<9} step {c.step * 1e6:7.1f} us  message {c.message * 1e6:6.1f} us  "
             f"bandwidth {c.bandwidth / 1e9:5.2f} GB/s  reduce {c.reduce_rate / 1e9:5.2f} GB/s  "
-            f"copy {c.copy_rate / 1e9:5.2f} GB/s")
+            f"copy {c.copy_rate / 1e9:5.2f} GB/s  sync {c.sync * 1e6:5.1f} us")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -55,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
             return 1
         print(_row(kind, c))
         print(_row("default", DEFAULTS[kind]))
-        table[kind] = c._asdict()
+        table[kind] = {k: v for k, v in c._asdict().items() if v != float("inf")}
     if args.save:
         doc = {"constants": table, "measured": datetime.datetime.now(datetime.UTC).isoformat(),
                "host": platform.node(), "python": platform.python_version()}

@@ -20,7 +20,7 @@ from ringworld.tuning.cost import Constants
 
 DEFAULTS: dict[str, Constants] = {
     "shm": Constants(step=12e-6, message=3e-6, bandwidth=9.0e9, reduce_rate=4.5e9,
-                     copy_rate=6.5e9),
+                     copy_rate=6.5e9, sync=4e-6),
     "tcp": Constants(step=40e-6, message=10e-6, bandwidth=3.0e9, reduce_rate=4.5e9,
                      copy_rate=6.5e9),
     "self": Constants(step=2e-6, message=1e-6, bandwidth=1e12, reduce_rate=4.5e9,
@@ -40,7 +40,8 @@ def load(path: str | None) -> dict[str, Constants]:
     try:
         data = json.loads(Path(path).read_text())
         for kind, values in data["constants"].items():
-            table[kind] = Constants(**{k: float(values[k]) for k in Constants._fields})
+            table[kind] = Constants(**{k: float(values[k]) for k in Constants._fields
+                                       if k in values})
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ConfigError(f"RINGWORLD_TUNING_FILE={path}: not a tuning file written by "
                           f"`ringworld tune --save` ({exc})") from exc

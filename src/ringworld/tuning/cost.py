@@ -27,6 +27,7 @@ class Constants(NamedTuple):
     bandwidth: float    # bytes/s a rank moves through the transport (send + receive side)
     reduce_rate: float  # bytes/s of an in-place numpy reduction (out=) from main memory
     copy_rate: float    # bytes/s of a local numpy copy
+    sync: float = math.inf  # s: one flag barrier over shared memory (inf: no shared memory)
 
 
 class Work(NamedTuple):
@@ -37,11 +38,13 @@ class Work(NamedTuple):
     moved: float       # bytes the rank sends plus receives on its critical path
     reduced: float = 0.0
     copied: float = 0.0
+    syncs: float = 0.0  # flag barriers over shared memory
 
     def time(self, c: Constants) -> float:
         """Predicted seconds under ``c``."""
-        return (self.steps * c.step + self.messages * c.message + self.moved / c.bandwidth
-                + self.reduced / c.reduce_rate + self.copied / c.copy_rate)
+        t = (self.steps * c.step + self.messages * c.message + self.moved / c.bandwidth
+             + self.reduced / c.reduce_rate + self.copied / c.copy_rate)
+        return t + self.syncs * c.sync if self.syncs else t
 
 
 def _log2(p: int) -> int:
@@ -119,24 +122,33 @@ MODELS: dict[str, dict[str, Model]] = {
     },
 }
 SHM_CHUNK = 4 << 20
+SHM_SMALL = 16384
 
 
-def _shm(sync_per_chunk: int, copied: float, reduced: float, per_rank: bool = False
-         ) -> Model:
-    """A shared-memory algorithm: syncs per chunk, bytes copied and reduced per byte of n."""
+def _shm(sync_per_chunk: int, copied: float, reduced: float, per_rank: bool = False,
+         small: bool = False) -> Model:
+    """A shared-memory algorithm: syncs per chunk, bytes copied and reduced per byte of n.
+
+    ``small``: messages of at most SHM_SMALL bytes take one sync (and every rank reduces all
+    p inputs itself).
+    """
     def m(p: int, n: float, seg: int) -> Work:
+        if small and n <= SHM_SMALL:
+            return Work(0, 0, 0, reduced * n * (p - 1), copied * n * (p if per_rank else 1),
+                        syncs=1)
         total = n * p if per_rank else n
         chunks = max(1, math.ceil(total / SHM_CHUNK))
-        return Work(sync_per_chunk * chunks, 0, 0, reduced * n * (p - 1) / p,
-                    copied * n * (p - 1 if per_rank else 1))
+        return Work(0, 0, 0, reduced * n * (p - 1) / p, copied * n * (p - 1 if per_rank else 1),
+                    syncs=sync_per_chunk * chunks + (0 if reduced else 1))
     return m
 
 
 SHM_MODELS: dict[str, Model] = {
-    "allreduce": _shm(2, 2.0, 1.0),
+    "barrier": lambda p, n, s: Work(0, 0, 0, syncs=1),
+    "allreduce": _shm(2, 2.0, 1.0, small=True),
     "reduce": _shm(2, 1.5, 1.0),
-    "bcast": _shm(1, 1.0, 0.0),
-    "allgather": _shm(1, 1.0, 0.0, per_rank=True),
+    "bcast": _shm(1, 1.0, 0.0, small=True),
+    "allgather": _shm(1, 1.0, 0.0, per_rank=True, small=True),
     "reduce_scatter_block": _shm(2, 1.0, 1.0, per_rank=True),
     "alltoall": _shm(2, 2.0, 0.0, per_rank=True),
 }

@@ -8,7 +8,8 @@ prints one JSON line with the constants of :class:`ringworld.tuning.cost.Constan
 * ``message``: each extra message in a step, from a step of 8 small messages each way;
 * ``bandwidth``: bytes a rank sends plus receives per second, from a 16 MiB exchange in both
   directions at once (how ring steps move data);
-* ``reduce_rate`` / ``copy_rate``: numpy ``add(out=)`` and ``copyto`` on 32 MiB of float32.
+* ``reduce_rate`` / ``copy_rate``: numpy ``add(out=)`` and ``copyto`` on 32 MiB of float32;
+* ``sync``: one flag barrier over shared memory (shm only), from ``barrier(algorithm="shm")``.
 
 Each figure is the median of several timed repetitions, so one preemption does not skew it.
 """
@@ -71,6 +72,8 @@ def main() -> None:
     copy_t = _median_time(lambda: np.copyto(a, b), 3, lambda: None)
     result = {"step": step, "message": message, "bandwidth": bandwidth,
               "reduce_rate": a.nbytes / red_t, "copy_rate": a.nbytes / copy_t}
+    if comm.supports_shared_memory:
+        result["sync"] = _median_time(lambda: comm.barrier(algorithm="shm"), 1000, sync)
     gathered = comm.gather_obj(result, 0)
     if comm.rank == 0:
         assert gathered is not None
