@@ -11,6 +11,7 @@ Every error the library raises derives from :class:`RingworldError`::
     │   │   └── PeerFailure    a peer process died or closed its connection; names the rank
     │   ├── Timeout            a blocking call ran past its timeout (also a ``TimeoutError``)
     │   ├── TruncationError    a message is larger than the receive buffer; names both sizes
+    │   ├── MismatchError      ranks called a collective with different arguments; shows them
     │   └── CommBroken         the communicator failed earlier; later calls raise at once
     └── StoreError             a store request failed
         └── StoreTimeout       a key did not appear in time (also a ``TimeoutError``)
@@ -47,6 +48,10 @@ class StoreTimeout(StoreError, TimeoutError):
 
 class CommError(RingworldError):
     """A communication operation failed."""
+
+
+class MismatchError(CommError):
+    """Ranks disagree on a collective call (operation, size, dtype, op or root)."""
 
 
 class TransportError(CommError):

@@ -34,6 +34,7 @@ identical results); a barrier is just a sync.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +42,7 @@ import numpy as np
 
 from ringworld.algorithms.schedule import blocks
 from ringworld.comm.ops import Op
+from ringworld.errors import MismatchError
 
 if TYPE_CHECKING:
     from ringworld.comm.communicator import Communicator
@@ -63,7 +65,8 @@ class Arena:
         self.chunk = chunk
         base = HEADER + 2 * SMALL
         views = comm.map_shared(base + 2 * chunk, "arena", barrier)
-        self._ctr = [np.frombuffer(v, dtype=np.int64, count=1) for v in views]
+        # word 0: the sync counter; words 8..11: two call signatures (bytes, kind) by parity
+        self._ctr = [np.frombuffer(v, dtype=np.int64, count=12) for v in views]
         self._slots = [(np.frombuffer(v, dtype=np.uint8, count=SMALL, offset=HEADER),
                         np.frombuffer(v, dtype=np.uint8, count=SMALL, offset=HEADER + SMALL))
                        for v in views]
@@ -73,6 +76,7 @@ class Arena:
         self._epoch = 0
         self.what = ""
         self.timeout: float | None = None
+        self._sig: tuple[int, int, str] | None = None
 
     def area(self, rank: int, which: int, dtype: np.dtype[Any], count: int) -> Array:
         """``count`` elements of ``dtype`` at the start of ``rank``'s area ``which``."""
@@ -86,16 +90,42 @@ class Arena:
         """``rank``'s small slot of the sync just completed."""
         return self._slots[rank][self._epoch % 2][: count * dtype.itemsize].view(dtype)
 
+    def expect(self, nbytes: int, kind: str) -> None:
+        """Check, at the next sync, that every rank called with the same size and kind.
+
+        ``kind`` names the collective and what must agree (dtype, op, root).
+        """
+        self._sig = (nbytes, zlib.crc32(kind.encode()), kind)
+
     def sync(self) -> None:
         """Wait until every rank has reached this point (a barrier over shared counters).
 
         Raises:
             Timeout, PeerFailure: as :meth:`Communicator.spin_until`.
+            MismatchError: ranks announced different calls with :meth:`expect`.
         """
         self._epoch += 1
         e = self._epoch
         ctr = self._ctr
-        ctr[self.comm.rank][0] = e
+        mine = ctr[self.comm.rank]
+        sig = self._sig
+        at = 8 + 2 * (e % 2)  # by parity: a rank may announce its next call meanwhile
+        if sig is not None:
+            mine[at] = sig[0]
+            mine[at + 1] = sig[1]
+        mine[0] = e
+        self._wait(e)
+        if sig is not None:
+            self._sig = None
+            seen = [(int(c[at]), int(c[at + 1])) for c in ctr]
+            if any(x != seen[0] for x in seen):
+                raise MismatchError(
+                    f"{self.what}: ranks called it differently (this rank: {sig[2]}, "
+                    f"{sig[0]} bytes); per rank (bytes, call signature): "
+                    + ", ".join(f"rank {i}: ({b}, {k:08x})" for i, (b, k) in enumerate(seen)))
+
+    def _wait(self, e: int) -> None:
+        ctr = self._ctr
 
         def arrived() -> bool:
             return all(c[0] >= e for c in ctr)

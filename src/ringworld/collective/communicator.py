@@ -80,16 +80,23 @@ class Communicator(ObjectCollectives):
             self._can_share = self.supports_shared_memory
         return self._can_share
 
-    def _shm(self, what: str, timeout: float | None) -> shm.Arena:
-        """This communicator's shared-memory arena (mapped on first use: collective)."""
+    def _shm(self, what: str, timeout: float | None, nbytes: int = 0,
+             kind: str = "") -> shm.Arena:
+        """This communicator's shared-memory arena (mapped on first use: collective).
+
+        ``nbytes`` and ``kind`` (dtype, op, root...) are checked against every rank's at the
+        first sync: a disagreement raises MismatchError on every rank instead of corrupting.
+        """
         self.next_seq()  # shared-memory collectives send no messages but keep tags in step
         if self._arena is None:
             self._arena = shm.Arena(self, lambda: self.barrier(algorithm="dissemination",
                                                                timeout=timeout))
             self.last_algorithm = "shm"  # not the barriers that set the windows up
-        self._arena.what = f"{what} (shm) on {self.name}"
-        self._arena.timeout = timeout
-        return self._arena
+        a = self._arena
+        a.what = f"{what} (shm) on {self.name}"
+        a.timeout = timeout
+        a.expect(nbytes, f"{what} {kind}")
+        return a
 
     def _go(self, collective: str, algo: str, spec: Spec, arrays: Sequence[Array],
             op: Op | None, blocking: bool, timeout: float | None,
@@ -174,7 +181,7 @@ class Communicator(ObjectCollectives):
         a = as_array(buf, "buf", writable=self.rank != root)
         algo = self._choose("bcast", a.nbytes, algorithm, blocking=blocking)
         if algo == "shm":
-            shm.bcast(self._shm("bcast", timeout), a, root)
+            shm.bcast(self._shm("bcast", timeout, a.nbytes, f"root {root}"), a, root)
             return CompletedRequest(self._engine, None)
         seg = max(1, self.selector.segment_bytes // max(1, a.itemsize))
         return self._go("bcast", algo, Spec(self.size, self.rank, a.size, root, segment=seg),
@@ -214,7 +221,8 @@ class Communicator(ObjectCollectives):
         algo = self._choose("reduce", sb.nbytes, algorithm, commutative=o.commutative,
                             blocking=blocking)
         if algo == "shm":
-            shm.reduce(self._shm("reduce", timeout), sb, rb, o, root)
+            shm.reduce(self._shm("reduce", timeout, sb.nbytes, f"{sb.dtype} {o.name} root {root}"),
+                       sb, rb, o, root)
             return CompletedRequest(self._engine, None)
         return self._go("reduce", algo, Spec(self.size, self.rank, sb.size, root,
                                              commutative=o.commutative),
@@ -249,7 +257,8 @@ class Communicator(ObjectCollectives):
         algo = self._choose("allreduce", rb.nbytes, algorithm, commutative=o.commutative,
                             blocking=blocking)
         if algo == "shm":
-            shm.allreduce(self._shm("allreduce", timeout), sb, rb, o)
+            shm.allreduce(self._shm("allreduce", timeout, rb.nbytes, f"{rb.dtype} {o.name}"),
+                          sb, rb, o)
             return CompletedRequest(self._engine, None)
         return self._go("allreduce", algo, Spec(self.size, self.rank, rb.size,
                                                 commutative=o.commutative),
@@ -315,7 +324,8 @@ class Communicator(ObjectCollectives):
         algo = self._choose(coll, sb.nbytes // max(1, p), algorithm, commutative=o.commutative,
                             equal_blocks=counts is None, blocking=blocking)
         if algo == "shm":
-            shm.reduce_scatter_block(self._shm(coll, timeout), sb, out, o)
+            shm.reduce_scatter_block(self._shm(coll, timeout, sb.nbytes, f"{sb.dtype} {o.name}"),
+                                     sb, out, o)
             if finish is not None:
                 finish()
             return CompletedRequest(self._engine, None)
@@ -565,7 +575,7 @@ class Communicator(ObjectCollectives):
         same_dtype(sb, rb, "sendbuf", "recvbuf")
         algo = self._choose(coll, sb.nbytes, algorithm, equal_blocks=equal, blocking=blocking)
         if algo == "shm":
-            shm.allgather(self._shm(coll, timeout), sb, rb)
+            shm.allgather(self._shm(coll, timeout, rb.nbytes, str(rb.dtype)), sb, rb)
             return CompletedRequest(self._engine, None)
         return self._go(coll, algo, spec, [sb, rb], None, blocking, timeout)
 
@@ -594,7 +604,7 @@ class Communicator(ObjectCollectives):
         check_len(sb, rb.size, "sendbuf", "the size of recvbuf")
         algo = self._choose("alltoall", sb.nbytes // p, algorithm, blocking=blocking)
         if algo == "shm":
-            shm.alltoall(self._shm("alltoall", timeout), sb, rb)
+            shm.alltoall(self._shm("alltoall", timeout, rb.nbytes, str(rb.dtype)), sb, rb)
             return CompletedRequest(self._engine, None)
         return self._go("alltoall", algo, Spec(p, r, n), [sb, rb], None, blocking, timeout)
 
