@@ -9,10 +9,17 @@ The records of mpi4py are kept in ``mpi4py_records.json``. To record them again,
 that has mpi4py and an ``mpiexec`` (e.g. ``pip install mpi4py mpich`` in a virtual environment)::
 
     python tests/mpi/mpi_programs.py --record /path/to/mpiexec
+
+A job runs programs by name (rank 0 prints one JSON line per program), under mpi4py or, with
+``--ringworld``, under ``ringworld.MPI``::
+
+    mpiexec -n 3 python tests/mpi/mpi_programs.py prog_collectives
+    ringworld run -n 3 python tests/mpi/mpi_programs.py prog_collectives --ringworld
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import subprocess
 import sys
@@ -414,18 +421,432 @@ def prog_requests(MPI: Any) -> dict[str, Any]:
     return out
 
 
+def _vlayout(size: int, salt: int = 0) -> tuple[list[int], list[int], int]:
+    """Uneven counts (some empty) and displacements with gaps, for the v-collectives."""
+    counts = [(i * 2 + salt) % 4 for i in range(size)]
+    displs, at = [], 1
+    for c in counts:
+        displs.append(at)
+        at += c + 1
+    return counts, displs, at
+
+
+def _wlayout(MPI: Any, rank: int, size: int) -> tuple[list[Any], list[int], list[int], int]:
+    """Alltoallw blocks: INT or DOUBLE by (rank + peer) parity, 1..3 of them, byte gaps."""
+    types, counts, displs, at = [], [], [], 0
+    for j in range(size):
+        t = MPI.INT if (rank + j) % 2 == 0 else MPI.DOUBLE
+        types.append(t)
+        counts.append((rank + j) % 3 + 1)
+        displs.append(at)
+        at += counts[-1] * t.Get_size() + 4
+    return types, counts, displs, at
+
+
+def _wcode(MPI: Any, t: Any) -> str:
+    return "i4" if t == MPI.INT else "f8"
+
+
+def prog_collectives(MPI: Any) -> dict[str, Any]:
+    """Every data-movement collective, blocking and nonblocking, plain, v- and in-place forms."""
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    last = size - 1
+    out: dict[str, Any] = {}
+
+    comm.Barrier()
+    comm.Ibarrier().Wait()
+    b = data(rank, 5) if rank == last else np.zeros(5)
+    comm.Bcast(b, root=last)
+    bi = data(rank, 6, "i4", salt=1) if rank == 0 else np.zeros(6, "i4")
+    comm.Bcast([bi, 4, MPI.INT])
+    bb = bytearray(f"root {rank}".encode()) if rank == 0 else bytearray(6)
+    req = comm.Ibcast([bb, MPI.BYTE], root=0)
+    req.Wait()
+    out["bcast"] = [b.tolist(), bi.tolist(), bb.decode(), req == MPI.REQUEST_NULL]
+
+    root = 1 % size
+    s = data(rank, 3, salt=2)
+    g = np.full(3 * size, -1.0) if rank == root else None
+    comm.Gather(s, g, root=root)
+    gi = np.full(2 * size, -1, "i4")
+    gi[2 * rank : 2 * rank + 2] = data(rank, 2, "i4", salt=3)
+    if rank == 0:
+        comm.Gather(MPI.IN_PLACE, [gi, MPI.INT], root=0)
+    else:
+        comm.Gather([gi[2 * rank : 2 * rank + 2], MPI.INT], None, root=0)
+    g2 = np.full(3 * size, -1.0)
+    comm.Igather(s, [g2, 3, MPI.DOUBLE], root=last).Wait()
+    out["gather"] = [None if g is None else g.tolist(), gi.tolist() if rank == 0 else None,
+                     g2.tolist() if rank == last else None]
+
+    counts, displs, n = _vlayout(size)
+    sv = data(rank, counts[rank], salt=4)
+    gv = np.full(n, -1.0)
+    comm.Gatherv(sv, [gv, (counts, displs), MPI.DOUBLE], root=root)
+    gv2 = np.full(sum(counts), -1.0)
+    comm.Igatherv(sv, [gv2, counts], root=0).Wait()
+    gv3 = np.full(n, -1.0)
+    gv3[displs[rank] : displs[rank] + counts[rank]] = sv
+    if rank == last:
+        comm.Gatherv(MPI.IN_PLACE, [gv3, counts, displs, MPI.DOUBLE], root=last)
+    else:
+        comm.Gatherv(sv, None, root=last)
+    out["gatherv"] = [gv.tolist() if rank == root else None, gv2.tolist() if rank == 0 else None,
+                      gv3.tolist() if rank == last else None]
+
+    sc = data(rank, 2 * size, salt=5)
+    r = np.full(2, -1.0)
+    comm.Scatter(sc if rank == root else None, r, root=root)
+    r2 = np.full(2, -1.0)
+    comm.Iscatter([sc, 2, MPI.DOUBLE], [r2, MPI.DOUBLE], root=last).Wait()
+    sc3 = sc.copy()
+    if rank == 0:
+        comm.Scatter(sc3, MPI.IN_PLACE, root=0)
+    else:
+        comm.Scatter(None, sc3[:2], root=0)
+    out["scatter"] = [r.tolist(), r2.tolist(), sc3.tolist()]
+
+    scv = data(rank, n, salt=6)
+    rv = np.full(counts[rank], -1.0)
+    comm.Scatterv([scv, (counts, displs), MPI.DOUBLE] if rank == root else None, rv, root=root)
+    rv2 = np.full(counts[rank] + 1, -1.0)
+    comm.Iscatterv([scv, counts, displs, MPI.DOUBLE], [rv2, counts[rank], MPI.DOUBLE],
+                   root=last).Wait()
+    scv3 = scv.copy()
+    if rank == 0:
+        comm.Scatterv([scv3, (counts, displs), MPI.DOUBLE], MPI.IN_PLACE, root=0)
+    else:
+        comm.Scatterv(None, scv3[: counts[rank]], root=0)
+    out["scatterv"] = [rv.tolist(), rv2.tolist(), scv3.tolist()]
+
+    ag = np.full(2 * size, -1.0)
+    comm.Allgather(data(rank, 2, salt=7), ag)
+    ag2 = np.full(2 * size, -1, "i8")
+    ag2[2 * rank : 2 * rank + 2] = data(rank, 2, "i8", salt=8)
+    comm.Allgather(MPI.IN_PLACE, ag2)
+    ag3 = np.full(2 * size, -1.0)
+    comm.Iallgather([data(rank, 2, salt=9), MPI.DOUBLE], [ag3, MPI.DOUBLE]).Wait()
+    out["allgather"] = [ag.tolist(), ag2.tolist(), ag3.tolist()]
+
+    agv = np.full(n, -1.0)
+    comm.Allgatherv(data(rank, counts[rank], salt=10), [agv, (counts, displs), MPI.DOUBLE])
+    agv2 = np.full(n, -1.0)
+    agv2[displs[rank] : displs[rank] + counts[rank]] = data(rank, counts[rank], salt=11)
+    comm.Allgatherv(MPI.IN_PLACE, [agv2, counts, displs, MPI.DOUBLE])
+    agv3 = np.full(sum(counts), -1.0)
+    comm.Iallgatherv(data(rank, counts[rank], salt=12), [agv3, counts]).Wait()
+    out["allgatherv"] = [agv.tolist(), agv2.tolist(), agv3.tolist()]
+
+    at = np.full(2 * size, -1.0)
+    comm.Alltoall(data(rank, 2 * size, salt=13), at)
+    at2 = data(rank, 3 * size, "i4", salt=14)
+    comm.Alltoall(MPI.IN_PLACE, [at2, MPI.INT])
+    at3 = np.full(size, -1.0)
+    comm.Ialltoall([data(rank, size, salt=15), 1, MPI.DOUBLE], at3).Wait()
+    out["alltoall"] = [at.tolist(), at2.tolist(), at3.tolist()]
+
+    sym = [(rank + j) % 3 for j in range(size)]  # symmetric: what j sends to me, I send to j
+    sdis = [sum(sym[:j]) + j for j in range(size)]
+    sbuf = data(rank, sum(sym) + size, salt=16)
+    rcounts = sym
+    rdis = [sum(rcounts[:j]) * 2 for j in range(size)]
+    avv = np.full(2 * sum(rcounts) + 1, -1.0)
+    comm.Alltoallv([sbuf, (sym, sdis), MPI.DOUBLE], [avv, (rcounts, rdis), MPI.DOUBLE])
+    avv2 = data(rank, sum(sym), salt=17)
+    comm.Alltoallv(MPI.IN_PLACE, [avv2, sym])
+    avv3 = np.full(sum(sym), -1.0)
+    comm.Ialltoallv([sbuf, sym, sdis, MPI.DOUBLE], [avv3, sym]).Wait()
+    out["alltoallv"] = [avv.tolist(), avv2.tolist(), avv3.tolist()]
+
+    types, wc, wd, nbytes = _wlayout(MPI, rank, size)
+    wsend = bytearray(nbytes)
+    for j in range(size):
+        code = _wcode(MPI, types[j])
+        np.frombuffer(wsend, code, wc[j], wd[j])[:] = data(rank, wc[j], code, salt=18 + j)
+    wrecv = bytearray(b"\xff" * nbytes)
+    comm.Alltoallw([wsend, (wc, wd), types], [wrecv, (wc, wd), types])
+    wrecv2 = bytearray(wsend)
+    comm.Alltoallw(MPI.IN_PLACE, [wrecv2, wc, wd, types])
+    wrecv3 = bytearray(nbytes)
+    comm.Ialltoallw([wsend, wc, wd, types], [wrecv3, wc, wd, types]).Wait()
+    out["alltoallw"] = [[np.frombuffer(w, _wcode(MPI, types[j]), wc[j], wd[j]).tolist()
+                         for j in range(size)] for w in (wrecv, wrecv2, wrecv3)]
+
+    ra, rb = np.full(2 * size, -1.0), np.full(n, -1.0)
+    reqs = [comm.Iallgather(data(rank, 2, salt=30), ra),
+            comm.Iallgatherv(data(rank, counts[rank], salt=31), [rb, (counts, displs),
+                                                                 MPI.DOUBLE]),
+            comm.Ibarrier()]
+    MPI.Request.Waitall(reqs)
+    out["waitall"] = [ra.tolist(), rb.tolist(), [q == MPI.REQUEST_NULL for q in reqs]]
+
+    out["objects"] = [
+        comm.bcast({"root": rank, "v": [rank]} if rank == last else None, root=last),
+        comm.gather((rank, f"r{rank}"), root=root),
+        comm.scatter([{"to": i} for i in range(size)] if rank == 0 else None, root=0),
+        comm.allgather([rank] * rank),
+        comm.alltoall([f"{rank}->{j}" for j in range(size)]),
+        comm.barrier(),
+    ]
+    return out
+
+
+def _affine(invec: Any, inoutvec: Any, datatype: Any) -> None:
+    """Non-commutative on MPI.TWOINT elements (a, b), the maps x -> a*x + b: ``inoutvec``
+    becomes ``invec`` followed by ``inoutvec``."""
+    f = np.frombuffer(invec, dtype="i4").reshape(-1, 2)
+    g = np.frombuffer(inoutvec, dtype="i4").reshape(-1, 2)
+    g[:, 1] = f[:, 1] * g[:, 0] + g[:, 1]
+    g[:, 0] = f[:, 0] * g[:, 0]
+
+
+def _maps(rank: int, k: int) -> np.ndarray:
+    m = np.zeros((k, 2), "i4")
+    for j in range(k):
+        m[j] = [(rank + j) % 3 + 1, (rank * 3 + j) % 7]
+    return m
+
+
+def prog_reductions(MPI: Any) -> dict[str, Any]:
+    """Buffer and object reductions: predefined ops, MAXLOC/MINLOC pairs, user ops, in place."""
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    last = size - 1
+    out: dict[str, Any] = {}
+
+    x = data(rank, 4, "i4", salt=1)
+    r = np.full(4, -1, "i4")
+    comm.Reduce(x, r, op=MPI.SUM, root=last)
+    r2 = np.full(4, -1.0)
+    comm.Reduce([data(rank, 4, salt=2), MPI.DOUBLE], [r2, MPI.DOUBLE], MPI.MAX, 0)
+    r3 = data(rank, 3, "i8", salt=3)
+    if rank == 0:
+        comm.Reduce(MPI.IN_PLACE, r3, op=MPI.MIN, root=0)
+    else:
+        comm.Reduce(r3, None, op=MPI.MIN, root=0)
+    r4 = np.full(4, -1, "i4")
+    comm.Ireduce(x, r4, op=MPI.BXOR, root=last).Wait()
+    out["reduce"] = [r.tolist() if rank == last else None, r2.tolist() if rank == 0 else None,
+                     r3.tolist(), r4.tolist() if rank == last else None]
+
+    ints = data(rank, 5, "i4", salt=4) % 7 + 1
+    allr = {}
+    for name in ("SUM", "PROD", "MIN", "MAX", "LAND", "LOR", "LXOR", "BAND", "BOR", "BXOR"):
+        res = np.full(5, -1, "i4")
+        comm.Allreduce(ints - (name in ("LAND", "LOR", "LXOR")) * (rank % 2), res,
+                       op=getattr(MPI, name))
+        allr[name] = res.tolist()
+    out["allreduce"] = allr
+    f = data(rank, 3, "f8", salt=5)
+    comm.Allreduce(MPI.IN_PLACE, f, op=MPI.SUM)
+    c = data(rank, 3, "c16", salt=6)
+    rc = np.zeros(3, "c16")
+    comm.Iallreduce(c, rc, op=MPI.PROD).Wait()
+    out["allreduce_more"] = [f.tolist(), [[z.real, z.imag] for z in rc.tolist()]]
+
+    rs = np.full(2, -1.0)
+    comm.Reduce_scatter_block(data(rank, 2 * size, salt=8), rs, op=MPI.SUM)
+    rs2 = data(rank, 2 * size, "i8", salt=9)
+    comm.Reduce_scatter_block(MPI.IN_PLACE, rs2, op=MPI.MAX)
+    rs3 = np.full(3, -1.0)
+    comm.Ireduce_scatter_block([data(rank, 3 * size, salt=10), MPI.DOUBLE], [rs3, MPI.DOUBLE],
+                               op=MPI.MIN).Wait()
+    out["reduce_scatter_block"] = [rs.tolist(), rs2[:2].tolist(), rs3.tolist()]
+
+    counts = [(i % 3) + (i == 0) for i in range(size)]
+    total = sum(counts)
+    rsv = np.full(counts[rank], -1.0)
+    comm.Reduce_scatter(data(rank, total, salt=11), rsv, counts, MPI.SUM)
+    rsv2 = np.full(counts[rank], -1.0)
+    comm.Reduce_scatter(data(rank, total, salt=12), rsv2, op=MPI.MAX)  # counts agreed
+    rsv3 = data(rank, total, "i4", salt=13)
+    comm.Reduce_scatter(MPI.IN_PLACE, rsv3, counts, MPI.SUM)
+    rsv4 = np.full(counts[rank], -1.0)
+    comm.Ireduce_scatter(data(rank, total, salt=14), rsv4, counts, MPI.PROD).Wait()
+    out["reduce_scatter"] = [rsv.tolist(), rsv2.tolist(), rsv3[: counts[rank]].tolist(),
+                             rsv4.tolist()]
+
+    sc = np.full(3, -1, "i8")
+    comm.Scan(data(rank, 3, "i8", salt=15), sc, op=MPI.SUM)
+    ex = np.full(3, -1, "i8")
+    comm.Exscan(data(rank, 3, "i8", salt=16), ex, op=MPI.SUM)
+    sc2 = data(rank, 2, salt=17)
+    comm.Scan(MPI.IN_PLACE, sc2, op=MPI.MAX)
+    ex2 = data(rank, 2, salt=18)
+    comm.Exscan(MPI.IN_PLACE, ex2, op=MPI.MAX)
+    sc3, ex3 = np.full(2, -1.0), np.full(2, -1.0)
+    MPI.Request.Waitall([comm.Iscan(data(rank, 2, salt=19), sc3, op=MPI.MIN),
+                         comm.Iexscan(data(rank, 2, salt=20), ex3, op=MPI.MIN)])
+    out["scan"] = [sc.tolist(), sc2.tolist(), sc3.tolist()]
+    out["exscan"] = None if rank == 0 else [ex.tolist(), ex2.tolist(), ex3.tolist()]
+
+    pair = np.dtype([("v", "f8"), ("i", "i4")], align=True)
+    p = np.zeros(4, pair)
+    p["v"] = [rank % 2, -rank, (rank * 7) % 5, 3.0]
+    p["i"] = [rank, rank * 10, rank + 100, last - rank]
+    mx, mn = np.zeros(4, pair), np.zeros(4, pair)
+    comm.Allreduce([p, MPI.DOUBLE_INT], [mx, MPI.DOUBLE_INT], op=MPI.MAXLOC)
+    comm.Allreduce([p, MPI.DOUBLE_INT], [mn, MPI.DOUBLE_INT], op=MPI.MINLOC)
+    two = np.array([[rank % 3, rank], [-rank, rank]], "i4")
+    two_r = np.zeros((2, 2), "i4")
+    comm.Reduce([two, MPI.TWOINT], [two_r, MPI.TWOINT], op=MPI.MAXLOC, root=last)
+    out["loc"] = [[list(t) for t in mx.tolist()], [list(t) for t in mn.tolist()],
+                  two_r.tolist() if rank == last else None,
+                  [MPI.DOUBLE_INT.Get_size(), MPI.DOUBLE_INT.Get_extent()[1],
+                   MPI.TWOINT.Get_size(), MPI.FLOAT_INT.Get_extent()[1]]]
+
+    matop = MPI.Op.Create(_affine, commute=False)
+    k = 3
+    m_red, m_all, m_scan = np.zeros((k, 2), "i4"), np.zeros((k, 2), "i4"), np.zeros((k, 2), "i4")
+    m_ex, m_i = np.full((k, 2), -1, "i4"), np.zeros((k, 2), "i4")
+    mine = [_maps(rank, k), MPI.TWOINT]
+    comm.Reduce(mine, [m_red, MPI.TWOINT], op=matop, root=root_of(size))
+    comm.Allreduce(mine, [m_all, MPI.TWOINT], op=matop)
+    comm.Scan(mine, [m_scan, MPI.TWOINT], op=matop)
+    comm.Exscan(mine, [m_ex, MPI.TWOINT], op=matop)
+    m_rsb = np.zeros((1, 2), "i4")
+    comm.Reduce_scatter_block([_maps(rank, size), MPI.TWOINT], [m_rsb, MPI.TWOINT], op=matop)
+    comm.Iallreduce(mine, [m_i, MPI.TWOINT], op=matop).Wait()
+    local = _maps(rank + 1, k)
+    matop.Reduce_local(mine, [local, MPI.TWOINT])
+    out["user_op"] = [matop.Is_commutative(), m_red.tolist() if rank == root_of(size) else None,
+                      m_all.tolist(), m_scan.tolist(), None if rank == 0 else m_ex.tolist(),
+                      m_rsb.tolist(), m_i.tolist(), local.tolist()]
+    matop.Free()
+    out["user_op_freed"] = [bool(matop), matop == MPI.OP_NULL]
+
+    def concat(a: Any, b: Any, dt: Any) -> Any:
+        return a + b
+
+    cat = MPI.Op.Create(concat, commute=False)
+    out["objects"] = [
+        comm.reduce([rank], op=MPI.SUM, root=last),
+        comm.allreduce(f"<{rank}>", op=MPI.SUM),
+        comm.allreduce(rank * 3 % 5, op=MPI.MAX),
+        comm.allreduce((rank % 2, rank), op=MPI.MAXLOC),
+        comm.allreduce([-(rank % 2), rank], op=MPI.MINLOC),
+        comm.allreduce(f"[{rank}]", op=cat),
+        comm.allreduce((rank, -rank), op=lambda a, b: (a[0], b[1])),
+        comm.scan([rank], op=MPI.SUM),
+        comm.exscan(f"{rank}", op=cat),
+        comm.scan((rank % 2, rank), op=MPI.MAXLOC),
+        comm.reduce(rank, op=MPI.BOR, root=0),
+        comm.allreduce(rank % 2, op=MPI.LAND),
+    ]
+    out["call"] = [MPI.SUM(2, 3), MPI.MAX(2, 3), MPI.MIN(2, 3), MPI.PROD(2, 3),
+                   MPI.LXOR(1, 1), MPI.MAXLOC((1, 2), (1, 0)), MPI.MINLOC([3, 1], [2, 0]),
+                   cat("a", "b")]
+    return out
+
+
+def root_of(size: int) -> int:
+    return size // 2
+
+
+def _compare(MPI: Any, value: int) -> str:
+    return {MPI.IDENT: "IDENT", MPI.CONGRUENT: "CONGRUENT", MPI.SIMILAR: "SIMILAR",
+            MPI.UNEQUAL: "UNEQUAL"}[value]
+
+
+def _named(MPI: Any, ranks: list[int]) -> list[Any]:
+    """Translated ranks with UNDEFINED named, not recorded as a number."""
+    return ["UNDEFINED" if r == MPI.UNDEFINED else r for r in ranks]
+
+
+def prog_communicators(MPI: Any) -> dict[str, Any]:
+    """Dup, Split, Split_type, Create, Create_group, Free, groups, and traffic on new comms."""
+    world = MPI.COMM_WORLD
+    rank, size = world.Get_rank(), world.Get_size()
+    out: dict[str, Any] = {}
+
+    dup = world.Dup()
+    clone = world.Clone()
+    out["dup"] = [dup.Get_size(), dup.Get_rank(), _compare(MPI, world.Compare(dup)),
+                  _compare(MPI, world.Compare(world)), _compare(MPI, dup.Compare(clone)),
+                  dup.allreduce(rank), isinstance(dup, MPI.Intracomm)]
+    # traffic on the dup does not mix with the same tags on the world
+    if size > 1:
+        right, left = (rank + 1) % size, (rank - 1) % size
+        world.send(("world", rank), right, tag=5)
+        dup.send(("dup", rank), right, tag=5)
+        out["dup_isolated"] = [dup.recv(source=left, tag=5), world.recv(source=left, tag=5)]
+
+    odd = world.Split(rank % 2, key=-rank)
+    buf = np.zeros(odd.Get_size(), "i8")
+    odd.Allgather(np.array([rank], "i8"), buf)
+    out["split"] = [odd.Get_rank(), odd.Get_size(), buf.tolist(),
+                    _compare(MPI, world.Compare(odd)),
+                    odd.Get_group().Translate_ranks(None, world.Get_group())]
+    rev = world.Split(0, key=size - rank)
+    out["split_reversed"] = [rev.Get_rank(), _compare(MPI, world.Compare(rev)),
+                             rev.bcast(rank, root=0)]
+    none = world.Split(MPI.UNDEFINED if rank == 0 else 1, rank)
+    out["split_undefined"] = [none == MPI.COMM_NULL, bool(none),
+                              none.Get_size() if none else None]
+    shared = world.Split_type(MPI.COMM_TYPE_SHARED)
+    out["split_type"] = [shared.Get_size(), shared.Get_rank(),
+                         _compare(MPI, world.Compare(shared))]
+
+    g = world.Get_group()
+    evens = g.Incl(list(range(0, size, 2)))
+    odds = g.Excl(list(range(0, size, 2)))
+    tail = g.Range_incl([(size - 1, 0, -2)])
+    out["groups"] = [
+        g.Get_size(), g.Get_rank(), evens.Get_size(), evens.Get_rank() == MPI.UNDEFINED,
+        odds.Get_size(), odds.Get_rank() == MPI.UNDEFINED, tail.Translate_ranks(None, g),
+        _named(MPI, evens.Translate_ranks(list(range(evens.Get_size())), odds)),
+        MPI.Group.Union(odds, evens).Translate_ranks(None, g),
+        MPI.Group.Intersection(g, tail).Translate_ranks(None, g),
+        MPI.Group.Difference(g, evens).Translate_ranks(None, g),
+        _compare(MPI, g.Compare(world.Get_group())),
+        _compare(MPI, g.Compare(g.Range_incl([(size - 1, 0, -1)]))),
+        _compare(MPI, g.Compare(evens)),
+        MPI.GROUP_EMPTY.Get_size(), MPI.GROUP_EMPTY.Get_rank() == MPI.UNDEFINED,
+        g == world.Get_group(),
+        g.Translate_ranks([0, MPI.PROC_NULL], g)[1] == MPI.PROC_NULL,
+    ]
+
+    ec = world.Create(evens)
+    out["create"] = [bool(ec), ec.Get_size() if ec else None, ec.Get_rank() if ec else None,
+                     ec.allgather(rank) if ec else None, ec == MPI.COMM_NULL]
+    mirror = g.Range_incl([(size - 1, 0, -1)])
+    mc = world.Create(mirror)
+    out["create_mirror"] = [mc.Get_rank(), mc.allreduce([rank], op=MPI.SUM),
+                            _compare(MPI, world.Compare(mc))]
+    if rank % 2:
+        oc = world.Create_group(odds.Incl(list(range(odds.Get_size() - 1, -1, -1))), tag=7)
+        out["create_group"] = [oc.Get_size(), oc.Get_rank(), oc.allgather(rank)]
+        oc.Free()
+    nested = odd.Dup().Split(0, key=-odd.Get_rank())
+    out["nested"] = [nested.Get_size(), nested.Get_rank(), nested.allgather(rank)]
+    self_dup = MPI.COMM_SELF.Dup()
+    out["self_dup"] = [self_dup.Get_size(), self_dup.allreduce(rank + 1),
+                       _compare(MPI, MPI.COMM_SELF.Compare(self_dup))]
+    idup, req = world.Idup()
+    req.Wait()
+    out["idup"] = [idup.Get_size(), idup.allreduce(1)]
+    for c in (dup, clone, odd, rev, shared, mc, nested, self_dup, idup):
+        c.Free()
+    if ec:
+        ec.Free()
+    out["freed"] = [dup == MPI.COMM_NULL, bool(odd), world.allreduce(rank)]
+    return out
+
+
 PROGRAMS = [name for name in sorted(globals()) if name.startswith("prog_")]
 SIZES = [1, 2, 3, 5]
 RECORDS = Path(__file__).with_name("mpi4py_records.json")
 
 
-def _run_one(name: str) -> None:  # pragma: no cover - runs under real mpi4py via mpiexec
-    from mpi4py import MPI
-
-    record = globals()[name](MPI)
-    records = MPI.COMM_WORLD.gather(record, root=0)
-    if MPI.COMM_WORLD.Get_rank() == 0:
-        print(json.dumps(records))
+def _run_one(names: list[str], use_ringworld: bool = False) -> None:  # pragma: no cover
+    """Run programs in this job (mpiexec or ``ringworld run``); rank 0 prints one JSON line each."""
+    MPI = importlib.import_module("ringworld.MPI" if use_ringworld else "mpi4py.MPI")
+    for name in names:
+        record = globals()[name](MPI)
+        records = MPI.COMM_WORLD.gather(record, root=0)
+        if MPI.COMM_WORLD.Get_rank() == 0:
+            print(json.dumps(records), flush=True)
 
 
 def _record(mpiexec: str) -> None:  # pragma: no cover - needs mpi4py
@@ -448,5 +869,6 @@ def _record(mpiexec: str) -> None:  # pragma: no cover - needs mpi4py
 if __name__ == "__main__":  # pragma: no cover
     if sys.argv[1] == "--record":
         _record(sys.argv[2])
-    else:
-        _run_one(sys.argv[1])
+    else:  # NAME... [--ringworld]: under ringworld.MPI instead of mpi4py
+        args = sys.argv[1:]
+        _run_one([a for a in args if a != "--ringworld"], "--ringworld" in args)

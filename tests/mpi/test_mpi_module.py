@@ -117,7 +117,7 @@ def test_exception_and_error_classes() -> None:
     assert repr(exc) == "MPI.Exception(14)"
 
 
-def test_ops_are_named_placeholders() -> None:
+def test_op_names_and_user_ops() -> None:
     names = ["SUM", "PROD", "MAX", "MIN", "LAND", "LOR", "LXOR", "BAND", "BOR", "BXOR",
              "MAXLOC", "MINLOC"]
     for name in names:

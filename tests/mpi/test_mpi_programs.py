@@ -1,7 +1,9 @@
 """mpi4py programs under ``ringworld.MPI`` give exactly the records real mpi4py gave.
 
 The records in ``mpi4py_records.json`` come from mpi4py over MPICH (see ``mpi_programs.py``);
-every program runs at world sizes 1, 2, 3 and 5 over both transports.
+every program runs at world sizes 1, 2, 3 and 5 over both transports, and the collective ones
+also as a script under ``ringworld run``, compared with a live ``mpiexec`` run where mpi4py is
+at hand (``RINGWORLD_MPI_PYTHON``).
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -57,3 +60,35 @@ def test_records_still_match_live_mpi4py() -> None:
                               stdin=subprocess.DEVNULL)
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout) == RECORDS[f"{name}/3"], name
+
+
+#: The programs of the collective layer, run as one script by each launcher.
+COLLECTIVE_PROGRAMS = ["prog_collectives", "prog_communicators", "prog_reductions"]
+
+
+def _clean_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("RINGWORLD_")}
+
+
+def _json_lines(done: subprocess.CompletedProcess[str]) -> list[Any]:
+    assert done.returncode == 0, done.stderr
+    return [json.loads(line) for line in done.stdout.splitlines()]
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_collective_programs_under_the_launcher(transport: str) -> None:
+    """The programs as a script under ``ringworld run`` against mpi4py (live if at hand)."""
+    script = [mpi_programs.__file__, *COLLECTIVE_PROGRAMS]
+    ours = _json_lines(subprocess.run(
+        [sys.executable, "-m", "ringworld", "run", "-n", "3", "--transport", transport,
+         sys.executable, *script, "--ringworld"],
+        check=False, capture_output=True, text=True, timeout=120, env=_clean_env(),
+        stdin=subprocess.DEVNULL))
+    if MPIEXEC is not None and MPIEXEC.exists():
+        theirs = _json_lines(subprocess.run(
+            [str(MPIEXEC), "-n", "3", MPI_PYTHON, *script], check=False, capture_output=True,
+            text=True, timeout=120, env=_clean_env(), stdin=subprocess.DEVNULL))
+    else:
+        theirs = [RECORDS[f"{name}/3"] for name in COLLECTIVE_PROGRAMS]
+    for name, mine, expected in zip(COLLECTIVE_PROGRAMS, ours, theirs, strict=True):
+        assert mine == expected, name

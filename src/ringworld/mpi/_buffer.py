@@ -13,11 +13,24 @@ Accepted forms, as in mpi4py (``buf`` is anything with the buffer protocol; ``da
 In a list, ``buf`` may be None for an empty buffer. A datatype given explicitly reinterprets
 the bytes (``[float64_array, MPI.BYTE]`` is fine), as in mpi4py; a numpy dtype is accepted as a
 datatype too. Bad specs raise ``TypeError`` / ``ValueError`` naming the operation and argument.
+
+Collectives add two kinds (mpi4py's ``BufSpecV`` and ``BufSpecW``)::
+
+    buf | [buf, counts] | [buf, (counts, displs)] | [buf, counts, datatype]
+    [buf, (counts, displs), datatype] | [buf, counts, displs, datatype]     (vector)
+    [buf, datatypes] | [buf, (counts, displs), datatypes]
+    [buf, counts, displs, datatypes]                                        (Alltoallw)
+
+Vector counts and displacements count elements; each may be None (counts: the buffer split as
+evenly as possible; displs: packed), one int (the same count; displs ``i * d``) or one entry
+per process. Alltoallw displacements are in bytes; without counts every block is one element
+at offset 0.
 """
 
 from __future__ import annotations
 
 import operator
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,13 +44,46 @@ _FORMS = (
 )
 
 
+Array = np.ndarray[Any, Any]
+
+
 @dataclass(frozen=True, slots=True)
 class Message:
-    """A validated buffer: exactly ``count`` elements of ``datatype`` as flat bytes."""
+    """A validated buffer: ``count`` elements of ``datatype`` (per block) as flat bytes."""
 
     view: memoryview
     count: int
     datatype: Datatype
+
+    def bytes(self) -> Array:
+        """The bytes as a flat uint8 array sharing the buffer's memory."""
+        return np.asarray(self.view)
+
+    def array(self) -> Array:
+        """The elements as a flat array of the datatype's numpy dtype, sharing memory."""
+        return np.asarray(self.view).view(self.datatype.dtype)
+
+
+@dataclass(frozen=True, slots=True)
+class VectorMessage:
+    """A validated vector buffer: block i is ``counts[i]`` elements at ``displs[i]``."""
+
+    raw: memoryview
+    counts: tuple[int, ...]
+    displs: tuple[int, ...]
+    datatype: Datatype
+
+    def bytes(self) -> Array:
+        """The whole buffer as a flat uint8 array sharing its memory."""
+        return np.asarray(self.raw)
+
+    def byte_counts(self) -> tuple[int, ...]:
+        """The counts in bytes."""
+        return tuple(c * self.datatype.extent for c in self.counts)
+
+    def byte_displs(self) -> tuple[int, ...]:
+        """The displacements in bytes."""
+        return tuple(d * self.datatype.extent for d in self.displs)
 
 
 def send_message(spec: Any, where: str) -> Message:
@@ -50,7 +96,16 @@ def recv_message(spec: Any, where: str) -> Message:
     return _message(spec, where, writable=True)
 
 
-def _message(spec: Any, where: str, *, writable: bool) -> Message:
+def block_message(spec: Any, where: str, *, writable: bool, blocks: int) -> Message:
+    """Validate a spec holding ``blocks`` blocks (one per process) of ``count`` elements each.
+
+    Without an explicit count the buffer must split into ``blocks`` equal blocks; the message's
+    view covers all of them and its ``count`` is the count of one block.
+    """
+    return _message(spec, where, writable=writable, blocks=blocks)
+
+
+def _message(spec: Any, where: str, *, writable: bool, blocks: int = 1) -> Message:
     count: int | None = None
     displ = 0
     datatype: Datatype | None = None
@@ -63,16 +118,23 @@ def _message(spec: Any, where: str, *, writable: bool) -> Message:
     raw, fmt, itemsize = _flat_bytes(buf, where, writable=writable)
     if datatype is None:
         datatype = _infer(fmt, itemsize, where)
-    size = datatype.Get_size()
+    size = datatype.extent
     if count is None:
         if raw.nbytes % size:
             raise ValueError(
                 f"{where}: buffer of {raw.nbytes} bytes is not a whole number of "
                 f"{datatype.name} elements ({size} bytes each); give a count or another datatype"
             )
-        count = raw.nbytes // size
+        count = max(0, raw.nbytes // size - displ)
+        if blocks > 1:
+            if count % blocks:
+                raise ValueError(
+                    f"{where}: {count} elements do not split into {blocks} equal blocks "
+                    "(one per process); give a count per block or resize the buffer"
+                )
+            count //= blocks
     start = displ * size
-    stop = start + count * size
+    stop = start + count * max(blocks, 1) * size
     if stop > raw.nbytes:
         at = f" at displacement {displ}" if displ else ""
         raise ValueError(
@@ -80,6 +142,131 @@ def _message(spec: Any, where: str, *, writable: bool) -> Message:
             f"has only {raw.nbytes}"
         )
     return Message(raw[start:stop], count, datatype)
+
+
+def vector_message(spec: Any, where: str, *, writable: bool, blocks: int) -> VectorMessage:
+    """Validate a vector spec of ``blocks`` blocks (mpi4py's ``BufSpecV``)."""
+    counts: Any = None
+    displs: Any = None
+    datatype: Datatype | None = None
+    if isinstance(spec, list | tuple):
+        n = len(spec)
+        if n == 2:
+            buf, second = spec
+            if _is_datatype(second):
+                datatype = _datatype(second, where)
+            elif isinstance(second, tuple):
+                counts, displs = _counts_displs(second, where)
+            else:
+                counts = second
+        elif n == 3:
+            buf, counts, third = spec
+            if isinstance(counts, tuple):
+                counts, displs = _counts_displs(counts, where)
+            datatype = _datatype(third, where)
+        elif n == 4:
+            buf, counts, displs, fourth = spec
+            datatype = _datatype(fourth, where)
+        else:
+            raise TypeError(f"{where}: a vector buffer spec must be buf, [buf, counts], "
+                            f"[buf, (counts, displs)] or [buf, counts, displs, datatype]; "
+                            f"got a {n}-item sequence")
+        if buf is None:
+            buf = bytearray()
+    else:
+        buf = spec
+    raw, fmt, itemsize = _flat_bytes(buf, where, writable=writable)
+    if datatype is None:
+        datatype = _infer(fmt, itemsize, where)
+    ext = datatype.extent
+    if counts is None:
+        if raw.nbytes % ext:
+            raise ValueError(f"{where}: buffer of {raw.nbytes} bytes is not a whole number of "
+                             f"{datatype.name} elements ({ext} bytes each)")
+        total = raw.nbytes // ext
+        c = tuple(total // blocks + (total % blocks > i) for i in range(blocks))
+    else:
+        c = _per_block(counts, blocks, "counts", where)
+    if displs is None:
+        d = tuple(sum(c[:i]) for i in range(blocks))
+    elif _is_int(displs):
+        step = _nonneg(displs, "displacement", where)
+        d = tuple(step * i for i in range(blocks))
+    else:
+        d = _per_block(displs, blocks, "displs", where)
+    for i, (ci, di) in enumerate(zip(c, d, strict=True)):
+        if (ci + di) * ext > raw.nbytes:
+            raise ValueError(f"{where}: block {i} ({ci} elements at displacement {di}) lies "
+                             f"outside the buffer of {raw.nbytes // ext} {datatype.name} elements")
+    return VectorMessage(raw, c, d, datatype)
+
+
+def w_blocks(spec: Any, where: str, *, writable: bool, blocks: int) -> list[Array]:
+    """Split an Alltoallw spec (mpi4py's ``BufSpecW``) into one uint8 array per process."""
+    if not isinstance(spec, list | tuple) or not 2 <= len(spec) <= 4:
+        raise TypeError(f"{where}: expected [buf, datatypes], [buf, (counts, displs), "
+                        "datatypes] or [buf, counts, displs, datatypes]")
+    counts: Any = None
+    displs: Any = None
+    if len(spec) == 2:
+        buf, types = spec
+    elif len(spec) == 3:
+        buf, pair, types = spec
+        counts, displs = _counts_displs(pair, where)
+    else:
+        buf, counts, displs, types = spec
+    raw, _, _ = _flat_bytes(bytearray() if buf is None else buf, where, writable=writable)
+    if isinstance(types, Datatype | str):
+        dts = [_datatype(types, where)] * blocks
+    else:
+        dts = [_datatype(t, where) for t in _items(types, blocks, "datatypes", where)]
+    if counts is None and displs is None:
+        c, d = (1,) * blocks, (0,) * blocks
+    else:
+        c = _per_block(counts, blocks, "counts", where)
+        d = _per_block(displs, blocks, "displs", where)
+    out = []
+    data = np.asarray(raw)
+    for i in range(blocks):
+        stop = d[i] + c[i] * dts[i].extent
+        if stop > raw.nbytes:
+            raise ValueError(f"{where}: block {i} ({c[i]} x {dts[i].name} at byte {d[i]}) "
+                             f"lies outside the buffer of {raw.nbytes} bytes")
+        out.append(data[d[i] : stop])
+    return out
+
+
+def _is_datatype(value: Any) -> bool:
+    return isinstance(value, Datatype | str | np.dtype) or (
+        isinstance(value, type) and issubclass(value, np.generic))
+
+
+def _is_int(value: Any) -> bool:
+    return not isinstance(value, bool) and hasattr(value, "__index__")
+
+
+def _counts_displs(pair: Any, where: str) -> tuple[Any, Any]:
+    if not isinstance(pair, list | tuple) or len(pair) != 2:
+        raise TypeError(f"{where}: (counts, displs) must have 2 items, got {pair!r}")
+    return pair[0], pair[1]
+
+
+def _items(values: Any, blocks: int, what: str, where: str) -> Sequence[Any]:
+    try:
+        out = list(values)
+    except TypeError:
+        raise TypeError(f"{where}: {what} must be a sequence of {blocks} items, got "
+                        f"{type(values).__name__}") from None
+    if len(out) != blocks:
+        raise ValueError(f"{where}: {what} has {len(out)} items; the communicator has {blocks} "
+                         "processes")
+    return out
+
+
+def _per_block(values: Any, blocks: int, what: str, where: str) -> tuple[int, ...]:
+    if _is_int(values):
+        return (_nonneg(values, what, where),) * blocks
+    return tuple(_nonneg(v, what, where) for v in _items(values, blocks, what, where))
 
 
 def _unpack(spec: list[Any] | tuple[Any, ...], where: str) -> tuple[Any, int | None, int, Any]:

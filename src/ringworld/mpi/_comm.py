@@ -19,8 +19,18 @@ from typing import Any, Literal, NoReturn, Self
 
 import ringworld
 from ringworld.mpi._buffer import recv_message, send_message
-from ringworld.mpi._constants import ANY_SOURCE, ANY_TAG, PROC_NULL, TAG_UB
-from ringworld.mpi._exception import ERR_ARG, ERR_COMM, Exception
+from ringworld.mpi._collectives import Collectives, IntraCollectives
+from ringworld.mpi._constants import (
+    ANY_SOURCE,
+    ANY_TAG,
+    COMM_TYPE_SHARED,
+    PROC_NULL,
+    TAG_UB,
+    UNDEFINED,
+)
+from ringworld.mpi._env import Get_processor_name
+from ringworld.mpi._exception import ERR_ARG, ERR_COMM, ERR_GROUP, Exception
+from ringworld.mpi._group import CONGRUENT, IDENT, SIMILAR, UNEQUAL, Group, group_of
 from ringworld.mpi._request import EMPTY_DONE, PROC_NULL_DONE, Request, _Kind
 from ringworld.mpi._status import Status
 
@@ -57,7 +67,19 @@ class _SelfResolver:
         return self._self
 
 
-class Comm:
+class _Fixed:
+    """Resolves a communicator made by Dup, Split, Create...: always the same native one."""
+
+    __slots__ = ("native",)
+
+    def __init__(self, native: ringworld.Communicator) -> None:
+        self.native = native
+
+    def __call__(self) -> ringworld.Communicator:
+        return self.native
+
+
+class Comm(Collectives):
     """A communicator. ``Comm()`` is a null communicator like ``MPI.COMM_NULL``."""
 
     __slots__ = ("_name", "_predefined", "_resolver")
@@ -159,7 +181,100 @@ class Comm:
         """Free the communicator, which becomes null; predefined ones cannot be freed."""
         if self._predefined:
             raise Exception(ERR_COMM, f"cannot free the predefined communicator {self._name}")
+        self._native.free()
         self._resolver = None
+
+    def free(self) -> None:
+        """Free the communicator unless it is null or predefined."""
+        if self and not self._predefined:
+            self.Free()
+
+    # -- groups and communicator management -------------------------------------------------
+
+    def _wrap(self, native: ringworld.Communicator | None) -> Self:
+        """A new communicator of this class over ``native``; a null one for None."""
+        comm = type(self)()
+        if native is not None:
+            comm._resolver = _Fixed(native)
+            comm._name = ""
+        return comm
+
+    def Get_group(self) -> Group:
+        """Return the group of this communicator's processes, in rank order."""
+        native = self._native
+        return group_of(native.world_ranks, native.world_ranks[native.rank])
+
+    @property
+    def group(self) -> Group:
+        """The group of this communicator."""
+        return self.Get_group()
+
+    def Compare(self, comm: Comm) -> int:
+        """Return ``IDENT``, ``CONGRUENT`` (same ranks and order), ``SIMILAR`` or ``UNEQUAL``."""
+        mine, theirs = self._native, comm._native
+        if mine is theirs:
+            return IDENT
+        if mine.world_ranks == theirs.world_ranks:
+            return CONGRUENT
+        return SIMILAR if sorted(mine.world_ranks) == sorted(theirs.world_ranks) else UNEQUAL
+
+    def Dup(self, info: Any = None) -> Self:
+        """A new communicator with the same processes and its own message contexts.
+
+        Collective. ``info`` is accepted and ignored.
+        """
+        del info
+        return self._wrap(self._native.dup())
+
+    def Dup_with_info(self, info: Any) -> Self:
+        """Same as ``Dup()``; ``info`` is ignored."""
+        return self.Dup(info)
+
+    def Clone(self) -> Self:
+        """Same as ``Dup()``."""
+        return self.Dup()
+
+    def Idup(self, info: Any = None) -> tuple[Self, Request]:
+        """``Dup()`` (it blocks here), with a request that is already complete."""
+        return self.Dup(info), Request._completed(EMPTY_DONE)
+
+    def Split(self, color: int = 0, key: int = 0) -> Self:
+        """One communicator per ``color``, ranked by ``(key, rank)``; null for ``UNDEFINED``.
+
+        Collective.
+        """
+        return self._wrap(self._native.split(color, key))
+
+    def Split_type(self, split_type: int, key: int = 0, info: Any = None) -> Self:
+        """Split into the processes that share memory (``COMM_TYPE_SHARED``: one per host).
+
+        ``UNDEFINED`` gives a null communicator; other split types are not supported.
+        Collective.
+        """
+        del info
+        native = self._native
+        if split_type not in (COMM_TYPE_SHARED, UNDEFINED):
+            raise Exception(ERR_ARG, f"Split_type: split type {split_type!r} is not "
+                            "supported; use COMM_TYPE_SHARED")
+        hosts = native.allgather_obj(Get_processor_name())
+        color = UNDEFINED if split_type == UNDEFINED else hosts.index(hosts[native.rank])
+        return self._wrap(native.split(color, key))
+
+    def _ranks_of(self, group: Group, where: str) -> list[int]:
+        native = self._native
+        mine = {w: i for i, w in enumerate(native.world_ranks)}
+        try:
+            return [mine[w] for w in group._list]
+        except KeyError:
+            raise Exception(ERR_GROUP, f"{where}: the group has processes outside the "
+                            "communicator") from None
+
+    def Create(self, group: Group) -> Self:
+        """The communicator of ``group`` (a subset of this one); null outside the group.
+
+        Collective over this communicator: every process passes the same group.
+        """
+        return self._wrap(self._native.create(self._ranks_of(group, "Create")))
 
     def Abort(self, errorcode: int = 0) -> NoReturn:
         """Print a message and end this process at once with exit status ``errorcode``.
@@ -268,10 +383,6 @@ class Comm:
         _fill(status, found)
         return True
 
-    def barrier(self) -> None:
-        """Block until every process of the communicator has called it."""
-        self._native.barrier()
-
     # -- buffers (uppercase) ----------------------------------------------------------------
 
     def Send(self, buf: Any, dest: int, tag: int = 0) -> None:
@@ -362,15 +473,36 @@ class Comm:
         """Return whether a matching message is pending; if so fill ``status``."""
         return self.iprobe(source, tag, status)
 
-    def Barrier(self) -> None:
-        """Block until every process of the communicator has called it."""
-        self._native.barrier()
 
-
-class Intracomm(Comm):
+class Intracomm(Comm, IntraCollectives):
     """An intracommunicator; collective operations are methods of this class."""
 
     __slots__ = ()
+
+    def Create_group(self, group: Group, tag: int = 0) -> Intracomm:
+        """The communicator of ``group``; collective over the group's processes only.
+
+        The processes agree on a context with point-to-point messages tagged ``tag`` on this
+        communicator. A process outside the group gets a null communicator at once.
+        """
+        native = self._native
+        ranks = self._ranks_of(group, "Create_group")
+        if native.rank not in ranks:
+            return type(self)()
+        engine = native._engine  # the context agreement needs the engine and _derive
+        leader = ranks[0]
+        if native.rank == leader:
+            ctx = max([engine.next_context,
+                       *(native.recv_obj(source, tag) for source in ranks[1:])])
+            for dest in ranks[1:]:
+                native.send_obj(ctx, dest, tag)
+        else:
+            native.send_obj(engine.next_context, leader, tag)
+            ctx = native.recv_obj(leader, tag)
+        engine.reserve_contexts(ctx)
+        world = native.world_ranks
+        sub = native._derive([world[r] for r in ranks], ctx, f"{native.name}.group")
+        return self._wrap(sub)
 
 
 COMM_NULL = Comm()

@@ -1,7 +1,8 @@
 """Constants of the mpi4py-compatible layer.
 
-``ANY_SOURCE``, ``ANY_TAG`` and the tag upper bound are the native values. ``PROC_NULL`` is
-handled entirely by this layer: operations on it complete at once without communication.
+``ANY_SOURCE``, ``ANY_TAG``, ``UNDEFINED``, ``IN_PLACE`` and the tag upper bound are the native
+values. ``PROC_NULL`` is handled entirely by this layer: operations on it complete at once
+without communication.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 from typing import Final
 
 import ringworld
+from ringworld.collective.buffers import IN_PLACE
 
 ANY_SOURCE: Final[int] = ringworld.ANY_SOURCE
 ANY_TAG: Final[int] = ringworld.ANY_TAG
@@ -20,17 +22,13 @@ UNDEFINED: Final = -32766
 #: the bound itself) behaves correctly.
 TAG_UB: Final[int] = ringworld.TAG_UB
 
-
-class _InPlaceType:
-    """The type of :data:`IN_PLACE`, the in-place marker for collectives."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "IN_PLACE"
-
-    def __reduce__(self) -> str:
-        return "IN_PLACE"
+__all__ = ["ANY_SOURCE", "ANY_TAG", "COMM_TYPE_HW_GUIDED", "COMM_TYPE_HW_UNGUIDED",
+           "COMM_TYPE_RESOURCE_GUIDED", "COMM_TYPE_SHARED", "IN_PLACE", "PROC_NULL", "TAG_UB",
+           "UNDEFINED"]
 
 
-IN_PLACE: Final = _InPlaceType()
+#: Split types of ``Comm.Split_type`` (only ``COMM_TYPE_SHARED`` is implemented).
+COMM_TYPE_SHARED: Final = 1
+COMM_TYPE_HW_GUIDED: Final = 2
+COMM_TYPE_HW_UNGUIDED: Final = 3
+COMM_TYPE_RESOURCE_GUIDED: Final = 4

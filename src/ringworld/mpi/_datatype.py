@@ -1,13 +1,16 @@
 """Predefined MPI datatypes and their mapping to numpy dtypes and buffer formats.
 
-Only the predefined (named, contiguous) datatypes exist; derived datatypes
-(``Create_vector`` and friends) are not supported.
+Only the predefined (named) datatypes exist; derived datatypes (``Create_vector`` and friends)
+are not supported. The (value, index) pair types for ``MAXLOC``/``MINLOC`` (``DOUBLE_INT``,
+``TWOINT``, ...) are numpy structured dtypes with C struct layout: fields ``v`` and ``i``
+(``int32``), padded as a C compiler pads them, so ``size`` < ``extent`` for some of them.
 """
 
 from __future__ import annotations
 
 import sys
-from typing import Final
+from collections.abc import Mapping
+from typing import Any, Final
 
 import numpy as np
 
@@ -15,13 +18,17 @@ import numpy as np
 class Datatype:
     """A predefined MPI datatype: a name, a size in bytes and a numpy dtype."""
 
-    __slots__ = ("_code", "_dtype", "_name", "_size")
+    __slots__ = ("_code", "_dtype", "_extent", "_name", "_size")
 
-    def __init__(self, name: str, code: str, dtype: str) -> None:
+    def __init__(self, name: str, code: str, dtype: str | np.dtype[np.generic]) -> None:
         self._name = name
         self._code = code
-        self._dtype = np.dtype(dtype)
-        self._size = self._dtype.itemsize
+        self._dtype: np.dtype[np.generic] = np.dtype(dtype)
+        self._extent = self._dtype.itemsize
+        fields = self._dtype.fields
+        # a pair type's size counts its members, not the padding that its extent includes
+        self._size = (sum(f[0].itemsize for f in fields.values()) if fields is not None
+                      else self._extent)
 
     def __repr__(self) -> str:
         return f"<MPI.Datatype {self._name}>"
@@ -35,8 +42,8 @@ class Datatype:
         return self._name
 
     def Get_extent(self) -> tuple[int, int]:
-        """Return ``(lb, extent)``; predefined types have no padding."""
-        return 0, self._size
+        """Return ``(lb, extent)``; the extent includes a pair type's padding."""
+        return 0, self._extent
 
     @property
     def size(self) -> int:
@@ -50,8 +57,8 @@ class Datatype:
 
     @property
     def extent(self) -> int:
-        """Extent in bytes (equal to the size)."""
-        return self._size
+        """Extent in bytes: the stride of consecutive elements in a buffer."""
+        return self._extent
 
     @property
     def lb(self) -> int:
@@ -60,8 +67,8 @@ class Datatype:
 
     @property
     def ub(self) -> int:
-        """Upper bound (equal to the size)."""
-        return self._size
+        """Upper bound (equal to the extent)."""
+        return self._extent
 
     @property
     def is_predefined(self) -> bool:
@@ -136,7 +143,23 @@ AINT: Final = _dt("MPI_AINT", "i8")
 OFFSET: Final = _dt("MPI_OFFSET", "i8")
 COUNT: Final = _dt("MPI_COUNT", "i8")
 
+
+
+def _pair(name: str, value: str) -> Datatype:
+    dtype = np.dtype([("v", value), ("i", "i4")], align=True)
+    return Datatype(name, dtype.str, dtype)
+
+
+# (value, index) pairs for MAXLOC / MINLOC, with C struct layout.
+SHORT_INT: Final = _pair("MPI_SHORT_INT", "h")
+TWOINT: Final = _pair("MPI_2INT", "i")
+LONG_INT: Final = _pair("MPI_LONG_INT", "l")
+FLOAT_INT: Final = _pair("MPI_FLOAT_INT", "f")
+DOUBLE_INT: Final = _pair("MPI_DOUBLE_INT", "d")
+LONG_DOUBLE_INT: Final = _pair("MPI_LONG_DOUBLE_INT", "g")
+
 # Aliases, as in MPI and mpi4py.
+INT_INT: Final = TWOINT
 BOOL: Final = C_BOOL
 C_COMPLEX: Final = C_FLOAT_COMPLEX
 SIGNED_SHORT: Final = SHORT
@@ -173,6 +196,8 @@ _FIXED: Final[dict[tuple[str, int], Datatype]] = {
     ("b", 1): C_BOOL, ("S", 1): CHAR, ("U", 4): WCHAR,
 }  # fmt: skip
 
+_PAIRS: Final = (SHORT_INT, TWOINT, LONG_INT, FLOAT_INT, DOUBLE_INT, LONG_DOUBLE_INT)
+
 _NATIVE_ORDER: Final = "<" if sys.byteorder == "little" else ">"
 
 
@@ -201,12 +226,23 @@ def from_numpy_dtype(dtype: np.dtype[np.generic] | str | type) -> Datatype:
     dt = np.dtype(dtype)
     if dt.byteorder not in ("=", "|", _NATIVE_ORDER):
         raise TypeError(f"no MPI datatype for non-native byte order dtype {dt.str!r}")
+    if dt.fields is not None:
+        for pair in _PAIRS:
+            if _layout(pair.dtype) == _layout(dt):
+                return pair
+        raise TypeError(f"no MPI datatype for structured numpy dtype {dt}")
     found = _BY_CODE.get(dt.char) if dt.char not in ("S", "U") else None
     if found is None:
         found = _FIXED.get((dt.kind, dt.itemsize))
     if found is None:
         raise TypeError(f"no MPI datatype for numpy dtype {dt.name} ({dt.str!r})")
     return found
+
+
+def _layout(dt: np.dtype[np.generic]) -> tuple[int, tuple[tuple[str, int], ...]]:
+    """Item size and (field dtype, offset) of each field, whatever the field names."""
+    fields: Mapping[str, tuple[Any, ...]] = dt.fields or {}
+    return dt.itemsize, tuple((f[0].str, f[1]) for f in fields.values())
 
 
 def to_numpy_dtype(datatype: Datatype) -> np.dtype[np.generic]:
@@ -244,5 +280,5 @@ DATATYPES: Final[tuple[Datatype, ...]] = (
     LONG, UNSIGNED_LONG, LONG_LONG, UNSIGNED_LONG_LONG, FLOAT, DOUBLE, LONG_DOUBLE, C_BOOL,
     INT8_T, INT16_T, INT32_T, INT64_T, UINT8_T, UINT16_T, UINT32_T, UINT64_T,
     C_FLOAT_COMPLEX, C_DOUBLE_COMPLEX, C_LONG_DOUBLE_COMPLEX, COMPLEX, DOUBLE_COMPLEX,
-    AINT, OFFSET, COUNT,
+    AINT, OFFSET, COUNT, SHORT_INT, TWOINT, LONG_INT, FLOAT_INT, DOUBLE_INT, LONG_DOUBLE_INT,
 )  # fmt: skip

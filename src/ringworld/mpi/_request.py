@@ -22,6 +22,7 @@ class _Kind(enum.Enum):
     SEND = "send"
     RECV_BUF = "recv_buf"
     RECV_OBJ = "recv_obj"
+    COLL = "collective"
 
 
 @dataclass(frozen=True, slots=True)

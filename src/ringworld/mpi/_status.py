@@ -69,9 +69,9 @@ class Status:
     def Get_count(self, datatype: Datatype = BYTE) -> int:
         """Return the number of ``datatype`` elements received, or ``UNDEFINED``.
 
-        ``UNDEFINED`` is returned when the byte count is not a multiple of the datatype size.
+        ``UNDEFINED`` is returned when the byte count is not a multiple of the datatype extent.
         """
-        size = datatype.Get_size()
+        size = datatype.extent
         if size == 0:
             return 0 if self.count == 0 else UNDEFINED
         whole, rest = divmod(self.count, size)
@@ -83,7 +83,7 @@ class Status:
 
     def Set_elements(self, datatype: Datatype, count: int) -> None:
         """Set the count to ``count`` elements of ``datatype``."""
-        self.count = count * datatype.Get_size()
+        self.count = count * datatype.extent
 
     def Is_cancelled(self) -> bool:
         """Return whether the operation was cancelled."""

@@ -1,0 +1,455 @@
+"""The collective operations of ``MPI.Comm`` and ``MPI.Intracomm`` over the native collectives.
+
+Buffer specs are parsed as mpi4py parses them (see :mod:`ringworld.mpi._buffer`): a receive
+buffer of ``Gather``/``Allgather``/``Alltoall`` (and a send buffer of ``Scatter``/``Alltoall``)
+holds one block per process; v-variants take ``[buf, (counts, displs), datatype]``. Arguments
+that only matter at the root are ignored elsewhere (they may be None). Data moves as raw bytes,
+so only byte sizes must agree between processes; reductions see arrays of the datatype's numpy
+dtype. ``IN_PLACE`` works wherever MPI allows it, and a reduction whose send and receive
+buffers are the same memory runs in place, as in mpi4py.
+
+Nonblocking forms return an ``MPI.Request`` that completes with an empty status; buffers must
+stay untouched until it completes. ``Ireduce_scatter`` without ``recvcounts`` first agrees on
+the counts with a blocking allgather.
+
+The object forms (``bcast``, ``reduce``, ...) return a copy of this process's own value where
+mpi4py does (mpi4py unpickles every value it returns). ``reduce`` returns None except at the
+root and ``exscan`` None at rank 0.
+"""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+import numpy as np
+
+import ringworld
+from ringworld.mpi._buffer import (
+    Array,
+    Message,
+    block_message,
+    recv_message,
+    send_message,
+    vector_message,
+    w_blocks,
+)
+from ringworld.mpi._constants import IN_PLACE
+from ringworld.mpi._op import SUM, buffer_op, object_op
+from ringworld.mpi._request import Request, _Kind
+
+_ATOMS = (type(None), bool, int, float, complex, str, bytes)
+
+
+def _copy(obj: Any) -> Any:
+    """A copy of ``obj`` as unpickling gives it (immutable atoms are returned as they are)."""
+    if type(obj) in _ATOMS:
+        return obj
+    return pickle.loads(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def _started(native: ringworld.Request[Any]) -> Request:
+    return Request._wrap(native, _Kind.COLL)
+
+
+def _address(a: Array) -> int:
+    address: int = a.__array_interface__["data"][0]
+    return address
+
+
+def _reduce_input(sendbuf: Any, recv: Message, where: str) -> Any:
+    """The native send argument of a reduction: ``IN_PLACE`` or a typed array."""
+    if sendbuf is IN_PLACE:
+        return IN_PLACE
+    rb = recv.array()
+    sb = send_message(sendbuf, f"{where}(sendbuf)").array()
+    if sb.dtype != rb.dtype:
+        raise ValueError(f"{where}: mismatch in send and receive MPI datatypes ({sb.dtype} "
+                         f"and {rb.dtype})")
+    if sb.size != rb.size:
+        raise ValueError(f"{where}: mismatch in send count {sb.size} and receive count "
+                         f"{rb.size}")
+    if sb.size and _address(sb) == _address(rb):
+        return IN_PLACE  # the same memory: in place, as mpi4py does
+    return sb
+
+
+def _send_bytes(sendbuf: Any, where: str, block: Message | None = None) -> Any:
+    """``IN_PLACE`` or the bytes of ``sendbuf``, checked against one block of ``block``."""
+    if sendbuf is IN_PLACE:
+        return IN_PLACE
+    sb = send_message(sendbuf, where).bytes()
+    if block is not None:
+        _check_block(sb.size, block, where)
+    return sb
+
+
+def _check_block(nbytes: int, block: Message, where: str) -> None:
+    want = block.count * block.datatype.extent
+    if nbytes != want:
+        raise ValueError(f"{where} has {nbytes} bytes but each block of the other buffer has "
+                         f"{want} ({block.count} x {block.datatype.name})")
+
+
+class Collectives:
+    """Collective operations of every communicator (mixed into ``MPI.Comm``)."""
+
+    __slots__ = ()
+
+    @property
+    def _native(self) -> ringworld.Communicator:
+        raise NotImplementedError
+
+    # -- barrier and broadcast ------------------------------------------------------------
+
+    def Barrier(self) -> None:
+        """Block until every process of the communicator has called it."""
+        self._native.barrier()
+
+    def barrier(self) -> None:
+        """Block until every process of the communicator has called it."""
+        self._native.barrier()
+
+    def Ibarrier(self) -> Request:
+        """Start a barrier; the request completes once every process has entered it."""
+        return _started(self._native.ibarrier())
+
+    def _bcast(self, buf: Any, root: int, where: str) -> tuple[Any, ...]:
+        n = self._native
+        m = (send_message if n.rank == root else recv_message)(buf, f"{where}(buf)")
+        return m.bytes(), root
+
+    def Bcast(self, buf: Any, root: int = 0) -> None:
+        """Copy ``buf`` of ``root`` into ``buf`` of every process."""
+        self._native.bcast(*self._bcast(buf, root, "Bcast"))
+
+    def Ibcast(self, buf: Any, root: int = 0) -> Request:
+        """Start a broadcast."""
+        return _started(self._native.ibcast(*self._bcast(buf, root, "Ibcast")))
+
+    # -- gather and scatter ---------------------------------------------------------------
+
+    def _gather(self, sendbuf: Any, recvbuf: Any, root: int, where: str) -> tuple[Any, ...]:
+        n = self._native
+        if n.rank != root:
+            return send_message(sendbuf, f"{where}(sendbuf)").bytes(), None, root
+        rb = block_message(recvbuf, f"{where}(recvbuf)", writable=True, blocks=n.size)
+        return _send_bytes(sendbuf, f"{where}(sendbuf)", rb), rb.bytes(), root
+
+    def Gather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
+        """Collect every process's ``sendbuf`` into block i (from rank i) of ``recvbuf`` at root."""
+        self._native.gather(*self._gather(sendbuf, recvbuf, root, "Gather"))
+
+    def Igather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:
+        """Start a gather."""
+        return _started(self._native.igather(*self._gather(sendbuf, recvbuf, root, "Igather")))
+
+    def _gatherv(self, sendbuf: Any, recvbuf: Any, root: int, where: str) -> tuple[Any, ...]:
+        n = self._native
+        if n.rank != root:
+            return send_message(sendbuf, f"{where}(sendbuf)").bytes(), None, None, None, root
+        rb = vector_message(recvbuf, f"{where}(recvbuf)", writable=True, blocks=n.size)
+        return (_send_bytes(sendbuf, f"{where}(sendbuf)"), rb.bytes(), rb.byte_counts(),
+                rb.byte_displs(), root)
+
+    def Gatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
+        """Gather blocks of different sizes: ``recvbuf`` is ``[buf, (counts, displs), type]``."""
+        self._native.gatherv(*self._gatherv(sendbuf, recvbuf, root, "Gatherv"))
+
+    def Igatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:
+        """Start a gatherv."""
+        return _started(self._native.igatherv(*self._gatherv(sendbuf, recvbuf, root,
+                                                             "Igatherv")))
+
+    def _scatter(self, sendbuf: Any, recvbuf: Any, root: int, where: str) -> tuple[Any, ...]:
+        n = self._native
+        if n.rank != root:
+            return None, recv_message(recvbuf, f"{where}(recvbuf)").bytes(), root
+        sb = block_message(sendbuf, f"{where}(sendbuf)", writable=False, blocks=n.size)
+        rb = (IN_PLACE if recvbuf is IN_PLACE
+              else recv_message(recvbuf, f"{where}(recvbuf)").bytes())
+        if rb is not IN_PLACE:
+            _check_block(rb.size, sb, f"{where}(recvbuf)")
+        return sb.bytes(), rb, root
+
+    def Scatter(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
+        """Send block i of ``sendbuf`` at root to ``recvbuf`` of rank i."""
+        self._native.scatter(*self._scatter(sendbuf, recvbuf, root, "Scatter"))
+
+    def Iscatter(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:
+        """Start a scatter."""
+        return _started(self._native.iscatter(*self._scatter(sendbuf, recvbuf, root,
+                                                             "Iscatter")))
+
+    def _scatterv(self, sendbuf: Any, recvbuf: Any, root: int, where: str) -> tuple[Any, ...]:
+        n = self._native
+        if n.rank != root:
+            rb = recv_message(recvbuf, f"{where}(recvbuf)").bytes()
+            return None, rb, None, None, root
+        sb = vector_message(sendbuf, f"{where}(sendbuf)", writable=False, blocks=n.size)
+        rb = (IN_PLACE if recvbuf is IN_PLACE
+              else recv_message(recvbuf, f"{where}(recvbuf)").bytes())
+        return sb.bytes(), rb, sb.byte_counts(), sb.byte_displs(), root
+
+    def Scatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
+        """Scatter blocks of different sizes: ``sendbuf`` is ``[buf, (counts, displs), type]``."""
+        self._native.scatterv(*self._scatterv(sendbuf, recvbuf, root, "Scatterv"))
+
+    def Iscatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:
+        """Start a scatterv."""
+        return _started(self._native.iscatterv(*self._scatterv(sendbuf, recvbuf, root,
+                                                               "Iscatterv")))
+
+    # -- allgather and alltoall -----------------------------------------------------------
+
+    def _allgather(self, sendbuf: Any, recvbuf: Any, where: str) -> tuple[Any, ...]:
+        rb = block_message(recvbuf, f"{where}(recvbuf)", writable=True,
+                           blocks=self._native.size)
+        return _send_bytes(sendbuf, f"{where}(sendbuf)", rb), rb.bytes()
+
+    def Allgather(self, sendbuf: Any, recvbuf: Any) -> None:
+        """Every process gets every process's ``sendbuf``, block i from rank i."""
+        self._native.allgather(*self._allgather(sendbuf, recvbuf, "Allgather"))
+
+    def Iallgather(self, sendbuf: Any, recvbuf: Any) -> Request:
+        """Start an allgather."""
+        return _started(self._native.iallgather(*self._allgather(sendbuf, recvbuf,
+                                                                 "Iallgather")))
+
+    def _allgatherv(self, sendbuf: Any, recvbuf: Any, where: str) -> tuple[Any, ...]:
+        rb = vector_message(recvbuf, f"{where}(recvbuf)", writable=True,
+                            blocks=self._native.size)
+        return (_send_bytes(sendbuf, f"{where}(sendbuf)"), rb.bytes(), rb.byte_counts(),
+                rb.byte_displs())
+
+    def Allgatherv(self, sendbuf: Any, recvbuf: Any) -> None:
+        """Allgather of blocks of different sizes (``recvbuf`` a vector spec)."""
+        self._native.allgatherv(*self._allgatherv(sendbuf, recvbuf, "Allgatherv"))
+
+    def Iallgatherv(self, sendbuf: Any, recvbuf: Any) -> Request:
+        """Start an allgatherv."""
+        return _started(self._native.iallgatherv(*self._allgatherv(sendbuf, recvbuf,
+                                                                   "Iallgatherv")))
+
+    def _alltoall(self, sendbuf: Any, recvbuf: Any, where: str) -> tuple[Any, ...]:
+        p = self._native.size
+        rb = block_message(recvbuf, f"{where}(recvbuf)", writable=True, blocks=p)
+        if sendbuf is IN_PLACE:
+            return IN_PLACE, rb.bytes()
+        sb = block_message(sendbuf, f"{where}(sendbuf)", writable=False, blocks=p)
+        _check_block(sb.count * sb.datatype.extent, rb, f"{where}(sendbuf)")
+        return sb.bytes(), rb.bytes()
+
+    def Alltoall(self, sendbuf: Any, recvbuf: Any) -> None:
+        """Block j of rank i's ``sendbuf`` goes to block i of rank j's ``recvbuf``."""
+        self._native.alltoall(*self._alltoall(sendbuf, recvbuf, "Alltoall"))
+
+    def Ialltoall(self, sendbuf: Any, recvbuf: Any) -> Request:
+        """Start an alltoall."""
+        return _started(self._native.ialltoall(*self._alltoall(sendbuf, recvbuf, "Ialltoall")))
+
+    def _alltoallv(self, sendbuf: Any, recvbuf: Any, where: str) -> tuple[Any, ...]:
+        p = self._native.size
+        rb = vector_message(recvbuf, f"{where}(recvbuf)", writable=True, blocks=p)
+        rc, rd = rb.byte_counts(), rb.byte_displs()
+        if sendbuf is IN_PLACE:
+            return IN_PLACE, rb.bytes(), rc, rc, rd, rd
+        sb = vector_message(sendbuf, f"{where}(sendbuf)", writable=False, blocks=p)
+        return sb.bytes(), rb.bytes(), sb.byte_counts(), rc, sb.byte_displs(), rd
+
+    def Alltoallv(self, sendbuf: Any, recvbuf: Any) -> None:
+        """Alltoall with per-process counts and displacements (vector specs)."""
+        self._native.alltoallv(*self._alltoallv(sendbuf, recvbuf, "Alltoallv"))
+
+    def Ialltoallv(self, sendbuf: Any, recvbuf: Any) -> Request:
+        """Start an alltoallv."""
+        return _started(self._native.ialltoallv(*self._alltoallv(sendbuf, recvbuf,
+                                                                 "Ialltoallv")))
+
+    def _alltoallw(self, sendbuf: Any, recvbuf: Any, where: str) -> tuple[Any, ...]:
+        p = self._native.size
+        recvs = w_blocks(recvbuf, f"{where}(recvbuf)", writable=True, blocks=p)
+        if sendbuf is IN_PLACE:
+            return [b.copy() for b in recvs], recvs
+        return w_blocks(sendbuf, f"{where}(sendbuf)", writable=False, blocks=p), recvs
+
+    def Alltoallw(self, sendbuf: Any, recvbuf: Any) -> None:
+        """The general alltoall: ``[buf, (counts, byte displs), datatypes]`` each way."""
+        self._native.alltoallw(*self._alltoallw(sendbuf, recvbuf, "Alltoallw"))
+
+    def Ialltoallw(self, sendbuf: Any, recvbuf: Any) -> Request:
+        """Start an alltoallw."""
+        return _started(self._native.ialltoallw(*self._alltoallw(sendbuf, recvbuf,
+                                                                 "Ialltoallw")))
+
+    # -- reductions -----------------------------------------------------------------------
+
+    def _reduce(self, sendbuf: Any, recvbuf: Any, op: Any, root: int,
+                where: str) -> tuple[Any, ...]:
+        n = self._native
+        if n.rank != root:
+            s = send_message(sendbuf, f"{where}(sendbuf)")
+            return s.array(), None, buffer_op(op, s.datatype), root
+        r = recv_message(recvbuf, f"{where}(recvbuf)")
+        sb = _reduce_input(sendbuf, r, where)
+        return sb, r.array(), buffer_op(op, r.datatype), root
+
+    def Reduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, root: int = 0) -> None:
+        """Combine every process's ``sendbuf`` with ``op`` into ``recvbuf`` of ``root``."""
+        self._native.reduce(*self._reduce(sendbuf, recvbuf, op, root, "Reduce"))
+
+    def Ireduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, root: int = 0) -> Request:
+        """Start a reduce."""
+        return _started(self._native.ireduce(*self._reduce(sendbuf, recvbuf, op, root,
+                                                           "Ireduce")))
+
+    def _allreduce(self, sendbuf: Any, recvbuf: Any, op: Any, where: str) -> tuple[Any, ...]:
+        r = recv_message(recvbuf, f"{where}(recvbuf)")
+        return _reduce_input(sendbuf, r, where), r.array(), buffer_op(op, r.datatype)
+
+    def Allreduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> None:
+        """Combine every process's ``sendbuf`` with ``op``; every process gets the result."""
+        self._native.allreduce(*self._allreduce(sendbuf, recvbuf, op, "Allreduce"))
+
+    def Iallreduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> Request:
+        """Start an allreduce."""
+        return _started(self._native.iallreduce(*self._allreduce(sendbuf, recvbuf, op,
+                                                                 "Iallreduce")))
+
+    def _reduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Any,
+                              where: str) -> tuple[Any, ...]:
+        p = self._native.size
+        if sendbuf is IN_PLACE:
+            r = block_message(recvbuf, f"{where}(recvbuf)", writable=True, blocks=p)
+            return IN_PLACE, r.array(), buffer_op(op, r.datatype)
+        r = recv_message(recvbuf, f"{where}(recvbuf)")
+        s = block_message(sendbuf, f"{where}(sendbuf)", writable=False, blocks=p)
+        sb, rb = s.array(), r.array()
+        if sb.dtype != rb.dtype:
+            raise ValueError(f"{where}: mismatch in send and receive MPI datatypes")
+        if s.count != r.count:
+            raise ValueError(f"{where}: mismatch in send count {s.count} (per process) and "
+                             f"receive count {r.count}")
+        return sb, rb, buffer_op(op, r.datatype)
+
+    def Reduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> None:
+        """Reduce ``sendbuf`` (one block per process) and give rank i block i."""
+        self._native.reduce_scatter_block(*self._reduce_scatter_block(
+            sendbuf, recvbuf, op, "Reduce_scatter_block"))
+
+    def Ireduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> Request:
+        """Start a reduce_scatter_block."""
+        return _started(self._native.ireduce_scatter_block(*self._reduce_scatter_block(
+            sendbuf, recvbuf, op, "Ireduce_scatter_block")))
+
+    def _reduce_scatter(self, sendbuf: Any, recvbuf: Any, recvcounts: Any, op: Any,
+                        where: str) -> tuple[Any, ...]:
+        n = self._native
+        r = recv_message(recvbuf, f"{where}(recvbuf)")
+        rb = r.array()
+        if sendbuf is IN_PLACE:
+            if recvcounts is None:
+                raise TypeError(f"{where}: recvcounts are required with IN_PLACE")
+            sb: Any = IN_PLACE
+        else:
+            sb = send_message(sendbuf, f"{where}(sendbuf)").array()
+            if sb.dtype != rb.dtype:
+                raise ValueError(f"{where}: mismatch in send and receive MPI datatypes")
+            if recvcounts is None:  # every process's receive count, as mpi4py does
+                table = np.empty(n.size, dtype=np.int64)
+                n.allgather(np.array([rb.size], dtype=np.int64), table)
+                recvcounts = table.tolist()
+        return sb, rb, recvcounts, buffer_op(op, r.datatype)
+
+    def Reduce_scatter(self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None,
+                       op: Any = SUM) -> None:
+        """Reduce ``sendbuf`` and give rank i its ``recvcounts[i]`` elements."""
+        self._native.reduce_scatter(*self._reduce_scatter(sendbuf, recvbuf, recvcounts, op,
+                                                          "Reduce_scatter"))
+
+    def Ireduce_scatter(self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None,
+                        op: Any = SUM) -> Request:
+        """Start a reduce_scatter."""
+        return _started(self._native.ireduce_scatter(*self._reduce_scatter(
+            sendbuf, recvbuf, recvcounts, op, "Ireduce_scatter")))
+
+    # -- Python objects -------------------------------------------------------------------
+
+    def bcast(self, obj: Any, root: int = 0) -> Any:
+        """Return ``root``'s ``obj`` on every process."""
+        n = self._native
+        got = n.bcast_obj(obj, root)
+        return _copy(got) if n.rank == root else got
+
+    def gather(self, sendobj: Any, root: int = 0) -> list[Any] | None:
+        """A list of every process's ``sendobj`` (index i from rank i) at root; None elsewhere."""
+        n = self._native
+        got = n.gather_obj(sendobj, root)
+        if got is not None:
+            got[n.rank] = _copy(got[n.rank])
+        return got
+
+    def scatter(self, sendobj: Any, root: int = 0) -> Any:
+        """Rank i gets item i of ``sendobj`` at root (``sendobj`` is ignored elsewhere)."""
+        n = self._native
+        got = n.scatter_obj(sendobj if n.rank == root else None, root)
+        return _copy(got) if n.rank == root else got
+
+    def allgather(self, sendobj: Any) -> list[Any]:
+        """A list of every process's ``sendobj`` on every process."""
+        n = self._native
+        got = n.allgather_obj(sendobj)
+        got[n.rank] = _copy(got[n.rank])
+        return got
+
+    def alltoall(self, sendobj: Any) -> list[Any]:
+        """Item j of rank i's ``sendobj`` becomes item i of rank j's result."""
+        n = self._native
+        got = n.alltoall_obj(list(sendobj))
+        got[n.rank] = _copy(got[n.rank])
+        return got
+
+    def reduce(self, sendobj: Any, op: Any = SUM, root: int = 0) -> Any:
+        """``op`` over every process's ``sendobj`` in rank order at root; None elsewhere."""
+        n = self._native
+        value = _copy(sendobj) if n.rank == 0 else sendobj  # rank 0 starts the combination
+        return n.reduce_obj(value, object_op(op), root)
+
+    def allreduce(self, sendobj: Any, op: Any = SUM) -> Any:
+        """``op`` over every process's ``sendobj`` in rank order, on every process."""
+        n = self._native
+        return n.allreduce_obj(_copy(sendobj) if n.rank == 0 else sendobj, object_op(op))
+
+
+class IntraCollectives(Collectives):
+    """The prefix reductions, which only intracommunicators have."""
+
+    __slots__ = ()
+
+    def _scan(self, sendbuf: Any, recvbuf: Any, op: Any, where: str) -> tuple[Any, ...]:
+        r = recv_message(recvbuf, f"{where}(recvbuf)")
+        return _reduce_input(sendbuf, r, where), r.array(), buffer_op(op, r.datatype)
+
+    def Scan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> None:
+        """Inclusive prefix reduction: rank i gets ``op`` over ranks 0..i."""
+        self._native.scan(*self._scan(sendbuf, recvbuf, op, "Scan"))
+
+    def Iscan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> Request:
+        """Start a scan."""
+        return _started(self._native.iscan(*self._scan(sendbuf, recvbuf, op, "Iscan")))
+
+    def Exscan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> None:
+        """Exclusive prefix reduction: rank i gets ``op`` over ranks 0..i-1 (rank 0: untouched)."""
+        self._native.exscan(*self._scan(sendbuf, recvbuf, op, "Exscan"))
+
+    def Iexscan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> Request:
+        """Start an exscan."""
+        return _started(self._native.iexscan(*self._scan(sendbuf, recvbuf, op, "Iexscan")))
+
+    def scan(self, sendobj: Any, op: Any = SUM) -> Any:
+        """``op`` over the values of ranks 0..rank, in rank order."""
+        return self._native.scan_obj(_copy(sendobj), object_op(op))
+
+    def exscan(self, sendobj: Any, op: Any = SUM) -> Any:
+        """``op`` over the values of ranks 0..rank-1, in rank order (None on rank 0)."""
+        return self._native.exscan_obj(sendobj, object_op(op))
