@@ -602,7 +602,7 @@ def _mismatch(_: object) -> None:
 def test_mismatched_sizes_fail_rather_than_corrupt(transport: str) -> None:
     # messages: the rank with the smaller buffer gets more than fits; shared memory: every
     # rank compares the call signatures at the first sync
-    with pytest.raises(RankFailed, match="TruncationError|MismatchError"):
+    with pytest.raises(RankFailed, match=r"TruncationError|MismatchError"):
         run_processes(2, _mismatch, transport=transport, timeout=30)
 
 
