@@ -751,6 +751,12 @@ class Communicator(ObjectCollectives):
         return self.split(color, pos.get(self.rank, 0), name or f"{self.name}.create")
 
     def free(self) -> None:
-        """Release this communicator; later collectives on it raise CommError. Local."""
+        """Release this communicator (scratch, shared windows); later collectives raise CommError.
+
+        Local: call it on every rank once no operation on the communicator is pending.
+        """
         self._freed = True
         self._scratch = executor.Scratch()
+        if self._arena is not None:
+            self._arena = None
+            self.unmap_shared("arena")

@@ -243,6 +243,12 @@ class Communicator:
             t.window_unlink(full)
         return views
 
+    def unmap_shared(self, key: str) -> None:
+        """Release the segments :meth:`map_shared` mapped under ``key`` (drop views first)."""
+        t = self._window_transport()
+        if t is not None:
+            t.window_close(f"{self.context}x{key}")
+
     def spin_until(self, cond: Callable[[], bool], timeout: float | None,
                    describe: Callable[[], str], waiting_for: Callable[[], Collection[int]]) -> None:
         """Wait for ``cond()`` (a flag in shared memory), keeping messages moving.

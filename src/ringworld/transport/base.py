@@ -167,6 +167,10 @@ class Transport(ABC):
         """
         raise TransportError(f"{type(self).__name__} has no shared windows")
 
+    def window_close(self, key: str) -> None:
+        """Unmap every mapping of window ``key`` (once nothing views them any more)."""
+        return
+
     def window_unlink(self, key: str) -> None:
         """Remove the name of this rank's window ``key`` (mappings stay valid until close)."""
         return

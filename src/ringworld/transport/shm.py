@@ -306,6 +306,7 @@ class ShmTransport(Transport):
         self._peers: list[_Peer | None] = [None] * size
         self._active: list[_Peer] = []
         self._mms: list[mmap.mmap] = []
+        self._windows: dict[str, list[mmap.mmap]] = {}
         self._bell: socket.socket | None = None
         self._bell_names: dict[int, bytes] = {}
         self._my_ctl: memoryview | None = None
@@ -477,6 +478,7 @@ class ShmTransport(Transport):
         finally:
             os.close(fd)
         self._mms.append(mm)
+        self._windows.setdefault(key, []).append(mm)
         return memoryview(mm)
 
     def window_attach(self, rank: int, key: str, nbytes: int) -> memoryview:
@@ -492,7 +494,16 @@ class ShmTransport(Transport):
         finally:
             os.close(fd)
         self._mms.append(mm)
+        self._windows.setdefault(key, []).append(mm)
         return memoryview(mm)
+
+    def window_close(self, key: str) -> None:
+        mms = self._windows.pop(key, [])
+        for mm in mms:
+            with contextlib.suppress(ValueError):
+                self._mms.remove(mm)
+            with contextlib.suppress(BufferError):  # still viewed: unmapped when collected
+                mm.close()
 
     def window_unlink(self, key: str) -> None:
         with contextlib.suppress(FileNotFoundError, ValueError):
