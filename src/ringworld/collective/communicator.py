@@ -38,7 +38,7 @@ from ringworld.comm.communicator import _as_int
 from ringworld.comm.engine import Engine
 from ringworld.comm.ops import Op
 from ringworld.comm.requests import CompletedRequest, Request
-from ringworld.errors import CommError
+from ringworld.errors import Timeout
 from ringworld.tuning import constants
 from ringworld.tuning.select import Selector
 
@@ -66,8 +66,7 @@ class Communicator(ObjectCollectives):
     def _choose(self, collective: str, nbytes: int, algorithm: str | None, *,
                 commutative: bool = True, equal_blocks: bool = True,
                 blocking: bool = False) -> str:
-        if self._freed:
-            raise CommError(f"{self.name} was freed; it cannot be used any more")
+        self._check_open()
         shm_ok = blocking and self.transport == "shm" and self._shares_memory()
         name = self.selector.choose(collective, self.size, nbytes, self.transport, algorithm,
                                     commutative=commutative, equal_blocks=equal_blocks,
@@ -89,8 +88,12 @@ class Communicator(ObjectCollectives):
         """
         self.next_seq()  # shared-memory collectives send no messages but keep tags in step
         if self._arena is None:
-            self._arena = shm.Arena(self, lambda: self.barrier(algorithm="dissemination",
-                                                               timeout=timeout))
+            try:
+                self._arena = shm.Arena(self, lambda: self.barrier(algorithm="dissemination",
+                                                                   timeout=timeout))
+            except Timeout as exc:
+                raise Timeout(f"{what} (shm) on {self.name}: setting up shared memory: "
+                              f"{exc}") from exc
             self.last_algorithm = "shm"  # not the barriers that set the windows up
         a = self._arena
         a.what = f"{what} (shm) on {self.name}"

@@ -10,12 +10,14 @@ gather, scatter, allgather and alltoall (values are usually small), a chain for 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ringworld.comm import objects, ops
 from ringworld.comm.communicator import Communicator as P2PCommunicator
 from ringworld.comm.requests import Request, wait_all
+from ringworld.errors import CommError, PeerFailure, Timeout
 
 
 class _Encoded:
@@ -44,6 +46,23 @@ class _Encoded:
 class ObjectCollectives(P2PCommunicator):
     """The object forms of the collectives (blocking; values of any picklable type)."""
 
+    _freed = False
+
+    def _check_open(self) -> None:
+        if self._freed:
+            raise CommError(f"{self.name} was freed; it cannot be used any more")
+
+    @contextlib.contextmanager
+    def _named(self, what: str, tag: int) -> Iterator[None]:
+        """Name the collective in a Timeout or PeerFailure raised by its messages."""
+        try:
+            yield
+        except Timeout as exc:
+            raise Timeout(f"{what} #{tag} on {self.name}: {exc}") from exc
+        except PeerFailure as exc:
+            raise PeerFailure(exc.rank, f"{exc.detail} (in {what} #{tag} on {self.name})"
+                              ) from exc
+
     def _send(self, enc: _Encoded, dest: int, tag: int) -> Request[None] | None:
         return self.coll_isend_raw(enc.segments, enc.nbytes, enc.flags, dest, tag, enc.keep)
 
@@ -63,9 +82,11 @@ class ObjectCollectives(P2PCommunicator):
         Raises:
             Timeout, PeerFailure; pickling errors at the root.
         """
-        root = self._root_of(root)
-        tag = self.next_seq()
-        return self._bcast_obj(obj, root, tag, timeout)
+        self._check_open()
+        with self._named("bcast_obj", self._coll_seq):
+            root = self._root_of(root)
+            tag = self.next_seq()
+            return self._bcast_obj(obj, root, tag, timeout)
 
     def _bcast_obj(self, obj: Any, root: int, tag: int, timeout: float | None) -> Any:
         p, r = self.size, self.rank
@@ -94,24 +115,26 @@ class ObjectCollectives(P2PCommunicator):
         Raises:
             Timeout, PeerFailure.
         """
-        root = self._root_of(root)
-        tag = self.next_seq()
-        p, r = self.size, self.rank
-        if r != root:
-            h = self._send(_Encoded.of(obj), root, tag)
-            if h is not None:
-                h.wait(timeout)
-            return None
-        reqs = [self.coll_irecv_raw(i, tag) for i in range(p) if i != r]
-        got = iter(wait_all(reqs, timeout))
-        out = []
-        for i in range(p):
-            if i == r:
-                out.append(obj)
-            else:
-                flags, view = next(got)
-                out.append(objects.decode(view, flags))
-        return out
+        self._check_open()
+        with self._named("gather_obj", self._coll_seq):
+            root = self._root_of(root)
+            tag = self.next_seq()
+            p, r = self.size, self.rank
+            if r != root:
+                h = self._send(_Encoded.of(obj), root, tag)
+                if h is not None:
+                    h.wait(timeout)
+                return None
+            reqs = [self.coll_irecv_raw(i, tag) for i in range(p) if i != r]
+            got = iter(wait_all(reqs, timeout))
+            out = []
+            for i in range(p):
+                if i == r:
+                    out.append(obj)
+                else:
+                    flags, view = next(got)
+                    out.append(objects.decode(view, flags))
+            return out
 
     def scatter_obj(self, objs: Sequence[Any] | None, root: int = 0, *,
                     timeout: float | None = None) -> Any:
@@ -121,20 +144,22 @@ class ObjectCollectives(P2PCommunicator):
             ValueError: ``objs`` at the root does not have one item per rank.
             Timeout, PeerFailure.
         """
-        root = self._root_of(root)
-        p, r = self.size, self.rank
-        if r == root:
-            if objs is None or len(objs) != p:
-                self.next_seq()
-                raise ValueError(f"objs must have {p} items at the root, got "
-                                 f"{None if objs is None else len(objs)}")
+        self._check_open()
+        with self._named("scatter_obj", self._coll_seq):
+            root = self._root_of(root)
+            p, r = self.size, self.rank
+            if r == root:
+                if objs is None or len(objs) != p:
+                    self.next_seq()
+                    raise ValueError(f"objs must have {p} items at the root, got "
+                                     f"{None if objs is None else len(objs)}")
+                tag = self.next_seq()
+                sends = [h for i in range(p) if i != r
+                         for h in [self._send(_Encoded.of(objs[i]), i, tag)] if h is not None]
+                wait_all(sends, timeout)
+                return objs[r]
             tag = self.next_seq()
-            sends = [h for i in range(p) if i != r
-                     for h in [self._send(_Encoded.of(objs[i]), i, tag)] if h is not None]
-            wait_all(sends, timeout)
-            return objs[r]
-        tag = self.next_seq()
-        return self._recv(root, tag, timeout).value()
+            return self._recv(root, tag, timeout).value()
 
     def allgather_obj(self, obj: Any, *, timeout: float | None = None) -> list[Any]:
         """A list of every rank's ``obj`` on every rank; pickled once per rank.
@@ -142,21 +167,23 @@ class ObjectCollectives(P2PCommunicator):
         Raises:
             Timeout, PeerFailure.
         """
-        tag = self.next_seq()
-        p, r = self.size, self.rank
-        enc = _Encoded.of(obj)
-        reqs: list[Request[Any]] = [self.coll_irecv_raw(i, tag) for i in range(p) if i != r]
-        sends = [h for i in range(p) if i != r for h in [self._send(enc, i, tag)]
-                 if h is not None]
-        got = iter(wait_all(reqs + sends, timeout)[: len(reqs)])
-        out = []
-        for i in range(p):
-            if i == r:
-                out.append(obj)
-            else:
-                flags, view = next(got)
-                out.append(objects.decode(view, flags))
-        return out
+        self._check_open()
+        with self._named("allgather_obj", self._coll_seq):
+            tag = self.next_seq()
+            p, r = self.size, self.rank
+            enc = _Encoded.of(obj)
+            reqs: list[Request[Any]] = [self.coll_irecv_raw(i, tag) for i in range(p) if i != r]
+            sends = [h for i in range(p) if i != r for h in [self._send(enc, i, tag)]
+                     if h is not None]
+            got = iter(wait_all(reqs + sends, timeout)[: len(reqs)])
+            out = []
+            for i in range(p):
+                if i == r:
+                    out.append(obj)
+                else:
+                    flags, view = next(got)
+                    out.append(objects.decode(view, flags))
+            return out
 
     def alltoall_obj(self, objs: Sequence[Any], *, timeout: float | None = None) -> list[Any]:
         """Item j of rank i's ``objs`` becomes item i of rank j's result.
@@ -164,22 +191,24 @@ class ObjectCollectives(P2PCommunicator):
         Raises:
             ValueError: ``objs`` does not have one item per rank.  Timeout, PeerFailure.
         """
-        p, r = self.size, self.rank
-        tag = self.next_seq()
-        if len(objs) != p:
-            raise ValueError(f"objs must have {p} items (one per rank), got {len(objs)}")
-        reqs: list[Request[Any]] = [self.coll_irecv_raw(i, tag) for i in range(p) if i != r]
-        sends = [h for i in range(p) if i != r
-                 for h in [self._send(_Encoded.of(objs[i]), i, tag)] if h is not None]
-        got = iter(wait_all(reqs + sends, timeout)[: len(reqs)])
-        out = []
-        for i in range(p):
-            if i == r:
-                out.append(objs[r])
-            else:
-                flags, view = next(got)
-                out.append(objects.decode(view, flags))
-        return out
+        self._check_open()
+        with self._named("alltoall_obj", self._coll_seq):
+            p, r = self.size, self.rank
+            tag = self.next_seq()
+            if len(objs) != p:
+                raise ValueError(f"objs must have {p} items (one per rank), got {len(objs)}")
+            reqs: list[Request[Any]] = [self.coll_irecv_raw(i, tag) for i in range(p) if i != r]
+            sends = [h for i in range(p) if i != r
+                     for h in [self._send(_Encoded.of(objs[i]), i, tag)] if h is not None]
+            got = iter(wait_all(reqs + sends, timeout)[: len(reqs)])
+            out = []
+            for i in range(p):
+                if i == r:
+                    out.append(objs[r])
+                else:
+                    flags, view = next(got)
+                    out.append(objects.decode(view, flags))
+            return out
 
     def reduce_obj(self, obj: Any, op: ops.Op | str = ops.SUM, root: int = 0, *,
                    timeout: float | None = None) -> Any:
@@ -188,10 +217,12 @@ class ObjectCollectives(P2PCommunicator):
         Raises:
             Timeout, PeerFailure; whatever ``op`` raises on these values.
         """
-        root = self._root_of(root)
-        o = ops.resolve(op)
-        tag = self.next_seq()
-        return self._reduce_obj(obj, o, root, tag, timeout)
+        self._check_open()
+        with self._named("reduce_obj", self._coll_seq):
+            root = self._root_of(root)
+            o = ops.resolve(op)
+            tag = self.next_seq()
+            return self._reduce_obj(obj, o, root, tag, timeout)
 
     def _reduce_obj(self, obj: Any, o: ops.Op, root: int, tag: int,
                     timeout: float | None) -> Any:
@@ -224,10 +255,12 @@ class ObjectCollectives(P2PCommunicator):
         Raises:
             Timeout, PeerFailure; whatever ``op`` raises on these values.
         """
-        o = ops.resolve(op)
-        tag = self.next_seq()
-        acc = self._reduce_obj(obj, o, 0, tag, timeout)
-        return self._bcast_obj(acc, 0, self.next_seq(), timeout)
+        self._check_open()
+        with self._named("allreduce_obj", self._coll_seq):
+            o = ops.resolve(op)
+            tag = self.next_seq()
+            acc = self._reduce_obj(obj, o, 0, tag, timeout)
+            return self._bcast_obj(acc, 0, self.next_seq(), timeout)
 
     def scan_obj(self, obj: Any, op: ops.Op | str = ops.SUM, *,
                  timeout: float | None = None) -> Any:
@@ -236,15 +269,17 @@ class ObjectCollectives(P2PCommunicator):
         Raises:
             Timeout, PeerFailure; whatever ``op`` raises on these values.
         """
-        o = ops.resolve(op)
-        tag = self.next_seq()
-        prefix = self._recv(self.rank - 1, tag, timeout).value() if self.rank else None
-        acc = obj if self.rank == 0 else o.combine_obj(prefix, obj)
-        if self.rank < self.size - 1:
-            h = self._send(_Encoded.of(acc), self.rank + 1, tag)
-            if h is not None:
-                h.wait(timeout)
-        return acc
+        self._check_open()
+        with self._named("scan_obj", self._coll_seq):
+            o = ops.resolve(op)
+            tag = self.next_seq()
+            prefix = self._recv(self.rank - 1, tag, timeout).value() if self.rank else None
+            acc = obj if self.rank == 0 else o.combine_obj(prefix, obj)
+            if self.rank < self.size - 1:
+                h = self._send(_Encoded.of(acc), self.rank + 1, tag)
+                if h is not None:
+                    h.wait(timeout)
+            return acc
 
     def exscan_obj(self, obj: Any, op: ops.Op | str = ops.SUM, *,
                    timeout: float | None = None) -> Any:
@@ -253,12 +288,14 @@ class ObjectCollectives(P2PCommunicator):
         Raises:
             Timeout, PeerFailure; whatever ``op`` raises on these values.
         """
-        o = ops.resolve(op)
-        tag = self.next_seq()
-        prefix = self._recv(self.rank - 1, tag, timeout).value() if self.rank else None
-        if self.rank < self.size - 1:
-            acc = obj if self.rank == 0 else o.combine_obj(prefix, obj)
-            h = self._send(_Encoded.of(acc), self.rank + 1, tag)
-            if h is not None:
-                h.wait(timeout)
-        return prefix
+        self._check_open()
+        with self._named("exscan_obj", self._coll_seq):
+            o = ops.resolve(op)
+            tag = self.next_seq()
+            prefix = self._recv(self.rank - 1, tag, timeout).value() if self.rank else None
+            if self.rank < self.size - 1:
+                acc = obj if self.rank == 0 else o.combine_obj(prefix, obj)
+                h = self._send(_Encoded.of(acc), self.rank + 1, tag)
+                if h is not None:
+                    h.wait(timeout)
+            return prefix

@@ -85,13 +85,17 @@ class Selector:
             name = None  # forced by the environment but impossible here: choose freely
         if name is not None:
             algo = algorithm(collective, name)
-            if algo.commutative_only and not commutative:
-                ok = [a.name for a in self.candidates(collective, commutative=False)]
-                raise ValueError(f"algorithm={name!r} combines out of rank order and cannot run "
-                                 f"a non-commutative op; use one of {ok}")
-            if algo.equal_blocks_only and not equal_blocks:
+            runnable = ((commutative or not algo.commutative_only)
+                        and (equal_blocks or not algo.equal_blocks_only))
+            if runnable:
+                return name
+            if requested is not None:  # asked for in this call: say why it cannot run
+                if algo.commutative_only and not commutative:
+                    ok = [a.name for a in self.candidates(collective, commutative=False)]
+                    raise ValueError(f"algorithm={name!r} combines out of rank order and cannot "
+                                     f"run a non-commutative op; use one of {ok}")
                 raise ValueError(f"algorithm={name!r} needs equal blocks on every rank")
-            return name
+            # forced job-wide (RINGWORLD_ALGORITHMS) but unable to run this call: choose freely
         key = (collective, p, nbytes, transport, commutative, equal_blocks, shm)
         found = self._memo.get(key)
         if found is None:
