@@ -32,8 +32,8 @@ _EXPORTS = {
     "wait_all": "ringworld.comm.requests",
     "wait_any": "ringworld.comm.requests",
     "Communicator": "ringworld.collective.communicator",
-    "IN_PLACE": "ringworld.collective.buffers",
-    "UNDEFINED": "ringworld.collective.communicator",
+    "IN_PLACE": "ringworld.collective.markers",
+    "UNDEFINED": "ringworld.collective.markers",
     "Op": "ringworld.comm.ops",
     "SUM": "ringworld.comm.ops",
     "PROD": "ringworld.comm.ops",
@@ -107,8 +107,8 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from ringworld.collective.buffers import IN_PLACE
-    from ringworld.collective.communicator import UNDEFINED, Communicator
+    from ringworld.collective.communicator import Communicator
+    from ringworld.collective.markers import IN_PLACE, UNDEFINED
     from ringworld.comm.ops import (
         BAND,
         BOR,

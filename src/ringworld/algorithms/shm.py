@@ -51,7 +51,7 @@ Array = np.ndarray[Any, Any]
 
 HEADER = 4096
 SMALL = 16384
-CHUNK = 4 << 20
+CHUNK = 2 << 20
 COLLECTIVES = ("barrier", "allreduce", "reduce", "bcast", "allgather", "reduce_scatter_block",
                "alltoall")
 
@@ -65,64 +65,90 @@ class Arena:
         self.chunk = chunk
         base = HEADER + 2 * SMALL
         views = comm.map_shared(base + 2 * chunk, "arena", barrier)
-        # word 0: the sync counter; words 8..11: two call signatures (bytes, kind) by parity
-        self._ctr = [np.frombuffer(v, dtype=np.int64, count=12) for v in views]
+        # word 0: the sync counter; words 8..11: two call signatures (bytes, kind) by parity.
+        # memoryviews: indexing one gives a plain int, the cheapest read in a spin loop
+        self._ctr = [v[:96].cast("q") for v in views]
+        self._mine = self._ctr[comm.rank]
         self._slots = [(np.frombuffer(v, dtype=np.uint8, count=SMALL, offset=HEADER),
                         np.frombuffer(v, dtype=np.uint8, count=SMALL, offset=HEADER + SMALL))
                        for v in views]
+        self._slot_cache: dict[tuple[int, np.dtype[Any], int], list[Array]] = {}
         self._areas = [(np.frombuffer(v, dtype=np.uint8, count=chunk, offset=base),
                         np.frombuffer(v, dtype=np.uint8, count=chunk, offset=base + chunk))
                        for v in views]
         self._epoch = 0
-        self.what = ""
+        self._what = ("", "")
         self.timeout: float | None = None
         self._sig: tuple[int, int, str] | None = None
+        self._crc: dict[tuple[Any, ...], tuple[int, str]] = {}
+
+    @property
+    def what(self) -> str:
+        """The collective in progress, for messages."""
+        return f"{self._what[0]} (shm) on {self._what[1]}"
+
+    def begin(self, what: str, timeout: float | None, nbytes: int,
+              kind: tuple[Any, ...]) -> None:
+        """Start a collective: name it for errors and check at the next sync that every rank
+        called it with the same size and ``kind`` (dtype, op, root: what must agree)."""
+        self._what = (what, self.comm.name)
+        self.timeout = timeout
+        key = (what, *kind)
+        found = self._crc.get(key)
+        if found is None:
+            text = " ".join(str(k) for k in key)
+            found = self._crc[key] = (zlib.crc32(text.encode()), text)
+        self._sig = (nbytes, *found)
 
     def area(self, rank: int, which: int, dtype: np.dtype[Any], count: int) -> Array:
         """``count`` elements of ``dtype`` at the start of ``rank``'s area ``which``."""
         return self._areas[rank][which][: count * dtype.itemsize].view(dtype)
 
-    def slot(self, rank: int, dtype: np.dtype[Any], count: int) -> Array:
-        """``rank``'s small slot for the next sync (``count`` elements of ``dtype``)."""
-        return self._slots[rank][(self._epoch + 1) % 2][: count * dtype.itemsize].view(dtype)
+    def slots(self, parity: int, dtype: np.dtype[Any], count: int) -> list[Array]:
+        """Every rank's small slot ``parity`` as ``count`` elements of ``dtype`` (cached)."""
+        key = (parity, dtype, count)
+        views = self._slot_cache.get(key)
+        if views is None:
+            if len(self._slot_cache) > 256:
+                self._slot_cache.clear()
+            nb = count * dtype.itemsize
+            views = self._slot_cache[key] = [s[parity][:nb].view(dtype) for s in self._slots]
+        return views
 
-    def last_slot(self, rank: int, dtype: np.dtype[Any], count: int) -> Array:
-        """``rank``'s small slot of the sync just completed."""
-        return self._slots[rank][self._epoch % 2][: count * dtype.itemsize].view(dtype)
-
-    def expect(self, nbytes: int, kind: str) -> None:
-        """Check, at the next sync, that every rank called with the same size and kind.
-
-        ``kind`` names the collective and what must agree (dtype, op, root).
-        """
-        self._sig = (nbytes, zlib.crc32(kind.encode()), kind)
+    def next_parity(self) -> int:
+        """The slot parity of the next sync."""
+        return (self._epoch + 1) & 1
 
     def sync(self) -> None:
         """Wait until every rank has reached this point (a barrier over shared counters).
 
         Raises:
             Timeout, PeerFailure: as :meth:`Communicator.spin_until`.
-            MismatchError: ranks announced different calls with :meth:`expect`.
+            MismatchError: ranks started different calls (see :meth:`begin`).
         """
         self._epoch += 1
         e = self._epoch
-        ctr = self._ctr
-        mine = ctr[self.comm.rank]
+        mine = self._mine
         sig = self._sig
-        at = 8 + 2 * (e % 2)  # by parity: a rank may announce its next call meanwhile
+        at = 8 + 2 * (e & 1)  # by parity: a rank may announce its next call meanwhile
         if sig is not None:
             mine[at] = sig[0]
             mine[at + 1] = sig[1]
         mine[0] = e
-        self._wait(e)
+        for c in self._ctr:
+            if c[0] < e:
+                self._wait(e)
+                break
         if sig is not None:
             self._sig = None
-            seen = [(int(c[at]), int(c[at + 1])) for c in ctr]
-            if any(x != seen[0] for x in seen):
-                raise MismatchError(
-                    f"{self.what}: ranks called it differently (this rank: {sig[2]}, "
-                    f"{sig[0]} bytes); per rank (bytes, call signature): "
-                    + ", ".join(f"rank {i}: ({b}, {k:08x})" for i, (b, k) in enumerate(seen)))
+            for c in self._ctr:
+                if c[at] != sig[0] or c[at + 1] != sig[1]:
+                    seen = [(c[at], c[at + 1]) for c in self._ctr]
+                    raise MismatchError(
+                        f"{self.what}: ranks called it differently (this rank: {sig[2]}, "
+                        f"{sig[0]} bytes); per rank (bytes, call signature): "
+                        + ", ".join(f"rank {i}: ({b}, {k:08x})"
+                                    for i, (b, k) in enumerate(seen)))
 
     def _wait(self, e: int) -> None:
         ctr = self._ctr
@@ -130,17 +156,16 @@ class Arena:
         def arrived() -> bool:
             return all(c[0] >= e for c in ctr)
 
-        if not arrived():
-            ranks = self.comm.world_ranks
+        ranks = self.comm.world_ranks
 
-            def missing() -> Collection[int]:
-                return [ranks[i] for i, c in enumerate(ctr) if c[0] < e]
+        def missing() -> Collection[int]:
+            return [ranks[i] for i, c in enumerate(ctr) if c[0] < e]
 
-            def describe() -> str:
-                who = [i for i, c in enumerate(ctr) if c[0] < e]
-                return f"{self.what}, shared-memory sync {e}, waiting for rank(s) {who}"
+        def describe() -> str:
+            who = [i for i, c in enumerate(ctr) if c[0] < e]
+            return f"{self.what}, shared-memory sync {e}, waiting for rank(s) {who}"
 
-            self.comm.spin_until(arrived, self.timeout, describe, missing)
+        self.comm.spin_until(arrived, self.timeout, describe, missing)
 
 
 def _parts(n: int, chunk_elems: int) -> list[tuple[int, int]]:
@@ -158,12 +183,12 @@ def allreduce(a: Arena, send: Array, recv: Array, op: Op) -> None:
     p, r = a.comm.size, a.comm.rank
     dt = recv.dtype
     if recv.nbytes <= SMALL:  # one sync; every rank combines all inputs in rank order
-        n = recv.size
-        np.copyto(a.slot(r, dt, n), send)
+        slot = a.slots(a.next_parity(), dt, recv.size)
+        np.copyto(slot[r], send)
         a.sync()
-        op.combine_into(recv, a.last_slot(0, dt, n), a.last_slot(1, dt, n))
+        op.combine_into(recv, slot[0], slot[1])
         for i in range(2, p):
-            op.reduce_into(recv, a.last_slot(i, dt, n), src_left=False)
+            op.reduce_into(recv, slot[i], src_left=False)
         return
     inplace = np.shares_memory(send, recv)
     for c0, m in _parts(recv.size, a.chunk // dt.itemsize):
@@ -219,11 +244,12 @@ def bcast(a: Arena, buf: Array, root: int) -> None:
     r = a.comm.rank
     dt = buf.dtype
     if buf.nbytes <= SMALL:
+        sl = a.slots(a.next_parity(), dt, buf.size)
         if r == root:
-            np.copyto(a.slot(r, dt, buf.size), buf)
+            np.copyto(sl[r], buf)
         a.sync()
         if r != root:
-            np.copyto(buf, a.last_slot(root, dt, buf.size))
+            np.copyto(buf, sl[root])
         return
     for k, (c0, m) in enumerate(_parts(buf.size, a.chunk // dt.itemsize)):
         area = a.area(root, k % 2, dt, m)
@@ -241,10 +267,11 @@ def allgather(a: Arena, send: Array, recv: Array) -> None:
     dt = recv.dtype
     n = send.size
     if send.nbytes <= SMALL:
-        np.copyto(a.slot(r, dt, n), send)
+        sl = a.slots(a.next_parity(), dt, n)
+        np.copyto(sl[r], send)
         a.sync()
         for i in range(p):
-            np.copyto(recv[i * n : (i + 1) * n], a.last_slot(i, dt, n))
+            np.copyto(recv[i * n : (i + 1) * n], sl[i])
         return
     for k, (b0, m) in enumerate(_parts(n, a.chunk // dt.itemsize)):
         np.copyto(a.area(r, k % 2, dt, m), send[b0 : b0 + m])

@@ -8,27 +8,11 @@ from typing import Any, Final
 
 import numpy as np
 
+from ringworld.collective.markers import IN_PLACE
+
 Array = np.ndarray[Any, Any]
 
 
-class _InPlace:
-    """The ``IN_PLACE`` marker: take the input from the output buffer (MPI_IN_PLACE)."""
-
-    _instance: _InPlace | None = None
-
-    def __new__(cls) -> _InPlace:
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
-
-    def __repr__(self) -> str:
-        return "IN_PLACE"
-
-    def __reduce__(self) -> str:
-        return "IN_PLACE"
-
-
-IN_PLACE: Final = _InPlace()
 EMPTY_U8: Final[Array] = np.empty(0, dtype=np.uint8)
 
 

@@ -14,35 +14,35 @@ Object collectives (``bcast_obj``, ``allreduce_obj``, ...) are in :class:`Object
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
-import numpy as np
-
-from ringworld.algorithms import executor, registry, shm
+from ringworld._lazy import LazyModule
+from ringworld.algorithms import registry
 from ringworld.algorithms.schedule import Spec
-from ringworld.collective.buffers import (
-    EMPTY_U8,
-    IN_PLACE,
-    Array,
-    as_array,
-    blocks_of,
-    check_len,
-    int_list,
-    layout,
-    same_dtype,
-    seq,
-)
+from ringworld.collective.markers import IN_PLACE, UNDEFINED
 from ringworld.collective.objects import ObjectCollectives
 from ringworld.comm import ops
 from ringworld.comm.communicator import _as_int
 from ringworld.comm.engine import Engine
 from ringworld.comm.ops import Op
-from ringworld.comm.requests import CompletedRequest, Request
+from ringworld.comm.requests import CompletedRequest, Request, wait_all
 from ringworld.errors import Timeout
 from ringworld.tuning import constants
 from ringworld.tuning.select import Selector
 
-UNDEFINED = -32766  # split color of ranks that want no new communicator (MPI_UNDEFINED)
+if TYPE_CHECKING:
+    import numpy as np
+
+    from ringworld.algorithms import executor, shm
+    from ringworld.collective import buffers as bufs
+    from ringworld.collective.buffers import Array
+else:  # imported on the first collective call: init() and point-to-point never load numpy
+    np = LazyModule("numpy", globals(), "np")
+    executor = LazyModule("ringworld.algorithms.executor", globals(), "executor")
+    shm = LazyModule("ringworld.algorithms.shm", globals(), "shm")
+    bufs = LazyModule("ringworld.collective.buffers", globals(), "bufs")
+
+__all__ = ["IN_PLACE", "UNDEFINED", "Communicator"]
 
 OpLike = Op | str
 _CHECKED_OPS: dict[tuple[OpLike, np.dtype[Any]], Op] = {}  # (op, dtype) pairs known valid
@@ -57,17 +57,22 @@ class Communicator(ObjectCollectives):
         self.selector = selector or Selector(constants.DEFAULTS)
         self.transport = transport if self.size > 1 else "self"
         self.last_algorithm = ""
-        self._scratch = executor.Scratch()
+        self._scratch: executor.Scratch | None = None  # made on first use (imports numpy)
         self._freed = False
         self._can_share: bool | None = None
         self._arena: shm.Arena | None = None
+        self._small_plans: dict[tuple[Any, ...], tuple[Op, tuple[Any, ...], bool]] = {}
+        self._ndarray: Any = None  # numpy's ndarray, once the arena has loaded numpy
 
     # ------------------------------------------------------------------ plumbing
     def _choose(self, collective: str, nbytes: int, algorithm: str | None, *,
                 commutative: bool = True, equal_blocks: bool = True,
                 blocking: bool = False) -> str:
         self._check_open()
-        shm_ok = blocking and self.transport == "shm" and self._shares_memory()
+        # a barrier alone does not map the shared windows (start-up stays light); any other
+        # collective does, once, on its first call
+        shm_ok = (blocking and self.transport == "shm" and self._shares_memory()
+                  and (self._arena is not None or collective != "barrier"))
         name = self.selector.choose(collective, self.size, nbytes, self.transport, algorithm,
                                     commutative=commutative, equal_blocks=equal_blocks,
                                     shm=shm_ok)
@@ -80,7 +85,7 @@ class Communicator(ObjectCollectives):
         return self._can_share
 
     def _shm(self, what: str, timeout: float | None, nbytes: int = 0,
-             kind: str = "") -> shm.Arena:
+             kind: tuple[Any, ...] = ()) -> shm.Arena:
         """This communicator's shared-memory arena (mapped on first use: collective).
 
         ``nbytes`` and ``kind`` (dtype, op, root...) are checked against every rank's at the
@@ -95,10 +100,9 @@ class Communicator(ObjectCollectives):
                 raise Timeout(f"{what} (shm) on {self.name}: setting up shared memory: "
                               f"{exc}") from exc
             self.last_algorithm = "shm"  # not the barriers that set the windows up
+            self._ndarray = np.ndarray
         a = self._arena
-        a.what = f"{what} (shm) on {self.name}"
-        a.timeout = timeout
-        a.expect(nbytes, f"{what} {kind}")
+        a.begin(what, timeout, nbytes, kind)
         return a
 
     def _go(self, collective: str, algo: str, spec: Spec, arrays: Sequence[Array],
@@ -109,7 +113,10 @@ class Communicator(ObjectCollectives):
         what = f"{collective} ({algo}, {nbytes} bytes)"
         if blocking:
             if sched.steps:
-                executor.CollectiveRequest[None](self, sched, arrays, op, what, self._scratch,
+                scratch = self._scratch
+                if scratch is None:
+                    scratch = self._scratch = executor.Scratch()
+                executor.CollectiveRequest[None](self, sched, arrays, op, what, scratch,
                                                  finish, inline=True).run_inline(timeout)
             else:
                 self.next_seq()
@@ -159,7 +166,25 @@ class Communicator(ObjectCollectives):
         if algo == "shm":
             shm.barrier(self._shm("barrier", timeout))
             return CompletedRequest(self._engine, None)
+        if blocking and self.size > 1:  # without the executor: start-up needs no numpy
+            self._dissemination(timeout)
+            return CompletedRequest(self._engine, None)
         return self._go("barrier", algo, Spec(self.size, self.rank), [], None, blocking, timeout)
+
+    def _dissemination(self, timeout: float | None) -> None:
+        """The dissemination barrier's schedule, run directly on zero-byte messages."""
+        tag = self.next_seq()
+        sink = memoryview(bytearray(0))
+        for step in registry.build("barrier", "dissemination", Spec(self.size, self.rank)).steps:
+            reqs: list[Request[Any]] = [self.coll_irecv(sink, x.peer, tag) for x in step.recvs]
+            for x in step.sends:
+                h = self.coll_isend(sink, x.peer, tag)
+                if h is not None:
+                    reqs.append(h)
+            try:
+                wait_all(reqs, timeout)
+            except Timeout as exc:
+                raise Timeout(f"barrier #{tag} on {self.name}: {exc}") from exc
 
     # ------------------------------------------------------------------ bcast
     def bcast(self, buf: Any, root: int = 0, *, algorithm: str | None = None,
@@ -181,14 +206,14 @@ class Communicator(ObjectCollectives):
     def _bcast(self, buf: Any, root: int, algorithm: str | None, blocking: bool,
                timeout: float | None) -> Request[None]:
         root = self._root(root)
-        a = as_array(buf, "buf", writable=self.rank != root)
+        a = bufs.as_array(buf, "buf", writable=self.rank != root)
         algo = self._choose("bcast", a.nbytes, algorithm, blocking=blocking)
         if algo == "shm":
-            shm.bcast(self._shm("bcast", timeout, a.nbytes, f"root {root}"), a, root)
+            shm.bcast(self._shm("bcast", timeout, a.nbytes, (root,)), a, root)
             return CompletedRequest(self._engine, None)
         seg = max(1, self.selector.segment_bytes // max(1, a.itemsize))
         return self._go("bcast", algo, Spec(self.size, self.rank, a.size, root, segment=seg),
-                        [EMPTY_U8.view(a.dtype), a], None, blocking, timeout)
+                        [bufs.EMPTY_U8.view(a.dtype), a], None, blocking, timeout)
 
     # ------------------------------------------------------------------ reductions
     def reduce(self, sendbuf: Any, recvbuf: Any, op: OpLike = ops.SUM, root: int = 0, *,
@@ -213,19 +238,19 @@ class Communicator(ObjectCollectives):
                 blocking: bool, timeout: float | None) -> Request[None]:
         root = self._root(root)
         if self.rank == root:
-            rb = as_array(recvbuf, "recvbuf", writable=True)
-            sb = rb if sendbuf is IN_PLACE else as_array(sendbuf, "sendbuf")
-            same_dtype(sb, rb, "sendbuf", "recvbuf")
-            check_len(rb, sb.size, "recvbuf", "the size of sendbuf")
+            rb = bufs.as_array(recvbuf, "recvbuf", writable=True)
+            sb = rb if sendbuf is IN_PLACE else bufs.as_array(sendbuf, "sendbuf")
+            bufs.same_dtype(sb, rb, "sendbuf", "recvbuf")
+            bufs.check_len(rb, sb.size, "recvbuf", "the size of sendbuf")
         else:
-            sb = as_array(sendbuf, "sendbuf")
-            rb = EMPTY_U8.view(sb.dtype)
+            sb = bufs.as_array(sendbuf, "sendbuf")
+            rb = bufs.EMPTY_U8.view(sb.dtype)
         o = self._op(op, sb)
         algo = self._choose("reduce", sb.nbytes, algorithm, commutative=o.commutative,
                             blocking=blocking)
         if algo == "shm":
-            shm.reduce(self._shm("reduce", timeout, sb.nbytes, f"{sb.dtype} {o.name} root {root}"),
-                       sb, rb, o, root)
+            kind = (sb.dtype, o.name, root)
+            shm.reduce(self._shm("reduce", timeout, sb.nbytes, kind), sb, rb, o, root)
             return CompletedRequest(self._engine, None)
         return self._go("reduce", algo, Spec(self.size, self.rank, sb.size, root,
                                              commutative=o.commutative),
@@ -243,7 +268,48 @@ class Communicator(ObjectCollectives):
             TypeError / ValueError: bad buffers, op or algorithm.
             Timeout, PeerFailure, TruncationError.
         """
+        if (algorithm is None and self._arena is not None and type(recvbuf) is self._ndarray
+                and self._small_allreduce(sendbuf, recvbuf, op, timeout)):
+            return
         self._allreduce(sendbuf, recvbuf, op, algorithm, True, timeout)
+
+    def _small_allreduce(self, sendbuf: Any, rb: Array, op: OpLike,
+                         timeout: float | None) -> bool:
+        """The latency-critical case, checked and run with as little Python as possible.
+
+        A small contiguous array with a built-in op, once the shared windows exist and the cost
+        model picks shared memory for this size: one copy, one sync, one ufunc. Returns False
+        (having done nothing) whenever any condition does not hold.
+        """
+        nbytes = rb.nbytes
+        if nbytes > shm.SMALL or not rb.flags.c_contiguous or not rb.flags.writeable:
+            return False
+        if sendbuf is IN_PLACE:
+            sb = rb
+        elif (type(sendbuf) is not self._ndarray or sendbuf.shape != rb.shape
+              or sendbuf.dtype != rb.dtype or not sendbuf.flags.c_contiguous):
+            return False
+        else:
+            sb = sendbuf
+        if rb.ndim != 1:
+            rb = rb.reshape(-1)  # views: both are contiguous
+            sb = sb.reshape(-1)
+        key = (op, rb.dtype, nbytes)
+        plan = self._small_plans.get(key)
+        if plan is None:
+            o = ops.resolve(op)
+            if not o.is_builtin or o.name in ("maxloc", "minloc") or rb.dtype.hasobject:
+                return False
+            o.check_dtype(rb.dtype, "recvbuf")
+            algo = self.selector.choose("allreduce", self.size, nbytes, self.transport,
+                                        commutative=o.commutative, shm=True)
+            plan = self._small_plans[key] = (o, (rb.dtype, o.name), algo == "shm")
+        o, kind, use = plan
+        if not use:
+            return False
+        self.last_algorithm = "shm"
+        shm.allreduce(self._shm("allreduce", timeout, nbytes, kind), sb, rb, o)
+        return True
 
     def iallreduce(self, sendbuf: Any, recvbuf: Any, op: OpLike = ops.SUM, *,
                    algorithm: str | None = None) -> Request[None]:
@@ -252,16 +318,16 @@ class Communicator(ObjectCollectives):
 
     def _allreduce(self, sendbuf: Any, recvbuf: Any, op: OpLike, algorithm: str | None,
                    blocking: bool, timeout: float | None) -> Request[None]:
-        rb = as_array(recvbuf, "recvbuf", writable=True)
-        sb = rb if sendbuf is IN_PLACE else as_array(sendbuf, "sendbuf")
-        same_dtype(sb, rb, "sendbuf", "recvbuf")
-        check_len(rb, sb.size, "recvbuf", "the size of sendbuf")
+        rb = bufs.as_array(recvbuf, "recvbuf", writable=True)
+        sb = rb if sendbuf is IN_PLACE else bufs.as_array(sendbuf, "sendbuf")
+        bufs.same_dtype(sb, rb, "sendbuf", "recvbuf")
+        bufs.check_len(rb, sb.size, "recvbuf", "the size of sendbuf")
         o = self._op(op, rb)
         algo = self._choose("allreduce", rb.nbytes, algorithm, commutative=o.commutative,
                             blocking=blocking)
         if algo == "shm":
-            shm.allreduce(self._shm("allreduce", timeout, rb.nbytes, f"{rb.dtype} {o.name}"),
-                          sb, rb, o)
+            kind = (rb.dtype, o.name)
+            shm.allreduce(self._shm("allreduce", timeout, rb.nbytes, kind), sb, rb, o)
             return CompletedRequest(self._engine, None)
         return self._go("allreduce", algo, Spec(self.size, self.rank, rb.size,
                                                 commutative=o.commutative),
@@ -303,32 +369,32 @@ class Communicator(ObjectCollectives):
                         op: OpLike, algorithm: str | None, blocking: bool,
                         timeout: float | None) -> Request[None]:
         p, r = self.size, self.rank
-        rb = as_array(recvbuf, "recvbuf", writable=True)
+        rb = bufs.as_array(recvbuf, "recvbuf", writable=True)
         coll = "reduce_scatter" if counts is not None else "reduce_scatter_block"
         finish: Callable[[], None] | None = None
         if sendbuf is IN_PLACE:
             sb = rb
-            c = (int_list(counts, p, "counts") if counts is not None
-                 else (blocks_of(rb, p, "recvbuf"),) * p)
-            check_len(sb, sum(c), "recvbuf", "IN_PLACE input: the sum of all blocks")
+            c = (bufs.int_list(counts, p, "counts") if counts is not None
+                 else (bufs.blocks_of(rb, p, "recvbuf"),) * p)
+            bufs.check_len(sb, sum(c), "recvbuf", "IN_PLACE input: the sum of all blocks")
             out = executor.aligned_empty(c[r], rb.dtype)
             dest = rb[: c[r]]
 
             def finish() -> None:
                 np.copyto(dest, out)
         else:
-            sb = as_array(sendbuf, "sendbuf")
-            same_dtype(sb, rb, "sendbuf", "recvbuf")
-            c = (int_list(counts, p, "counts") if counts is not None else (rb.size,) * p)
-            check_len(sb, sum(c), "sendbuf", "the sum of all blocks")
-            check_len(rb, c[r], "recvbuf", "this rank's block")
+            sb = bufs.as_array(sendbuf, "sendbuf")
+            bufs.same_dtype(sb, rb, "sendbuf", "recvbuf")
+            c = (bufs.int_list(counts, p, "counts") if counts is not None else (rb.size,) * p)
+            bufs.check_len(sb, sum(c), "sendbuf", "the sum of all blocks")
+            bufs.check_len(rb, c[r], "recvbuf", "this rank's block")
             out = rb
         o = self._op(op, sb)
         algo = self._choose(coll, sb.nbytes // max(1, p), algorithm, commutative=o.commutative,
                             equal_blocks=counts is None, blocking=blocking)
         if algo == "shm":
-            shm.reduce_scatter_block(self._shm(coll, timeout, sb.nbytes, f"{sb.dtype} {o.name}"),
-                                     sb, out, o)
+            kind = (sb.dtype, o.name)
+            shm.reduce_scatter_block(self._shm(coll, timeout, sb.nbytes, kind), sb, out, o)
             if finish is not None:
                 finish()
             return CompletedRequest(self._engine, None)
@@ -366,10 +432,10 @@ class Communicator(ObjectCollectives):
 
     def _scan(self, coll: str, sendbuf: Any, recvbuf: Any, op: OpLike, algorithm: str | None,
               blocking: bool, timeout: float | None) -> Request[None]:
-        rb = as_array(recvbuf, "recvbuf", writable=True)
-        sb = rb if sendbuf is IN_PLACE else as_array(sendbuf, "sendbuf")
-        same_dtype(sb, rb, "sendbuf", "recvbuf")
-        check_len(rb, sb.size, "recvbuf", "the size of sendbuf")
+        rb = bufs.as_array(recvbuf, "recvbuf", writable=True)
+        sb = rb if sendbuf is IN_PLACE else bufs.as_array(sendbuf, "sendbuf")
+        bufs.same_dtype(sb, rb, "sendbuf", "recvbuf")
+        bufs.check_len(rb, sb.size, "recvbuf", "the size of sendbuf")
         o = self._op(op, rb)
         algo = self._choose(coll, rb.nbytes, algorithm, commutative=o.commutative)
         return self._go(coll, algo, Spec(self.size, self.rank, rb.size,
@@ -399,15 +465,15 @@ class Communicator(ObjectCollectives):
         p, r = self.size, self.rank
         root = self._root(root)
         if r == root:
-            rb = as_array(recvbuf, "recvbuf", writable=True)
-            n = blocks_of(rb, p, "recvbuf")
-            sb = rb[r * n : (r + 1) * n] if sendbuf is IN_PLACE else as_array(sendbuf,
+            rb = bufs.as_array(recvbuf, "recvbuf", writable=True)
+            n = bufs.blocks_of(rb, p, "recvbuf")
+            sb = rb[r * n : (r + 1) * n] if sendbuf is IN_PLACE else bufs.as_array(sendbuf,
                                                                                "sendbuf")
-            same_dtype(sb, rb, "sendbuf", "recvbuf")
-            check_len(sb, n, "sendbuf", "recvbuf holds size blocks of this length")
+            bufs.same_dtype(sb, rb, "sendbuf", "recvbuf")
+            bufs.check_len(sb, n, "sendbuf", "recvbuf holds size blocks of this length")
         else:
-            sb = as_array(sendbuf, "sendbuf")
-            rb = EMPTY_U8.view(sb.dtype)
+            sb = bufs.as_array(sendbuf, "sendbuf")
+            rb = bufs.EMPTY_U8.view(sb.dtype)
             n = sb.size
         algo = self._choose("gather", sb.nbytes, algorithm)
         return self._go("gather", algo, Spec(p, r, n, root), [sb, rb], None, blocking, timeout)
@@ -436,18 +502,18 @@ class Communicator(ObjectCollectives):
         p, r = self.size, self.rank
         root = self._root(root)
         if r == root:
-            rb = as_array(recvbuf, "recvbuf", writable=True)
+            rb = bufs.as_array(recvbuf, "recvbuf", writable=True)
             if counts is None:
                 raise TypeError("counts is required at the root")
-            c, d = layout(counts, displs, p, rb, "counts", "displs", "recvbuf")
+            c, d = bufs.layout(counts, displs, p, rb, "counts", "displs", "recvbuf")
             sb = (rb[d[r] : d[r] + c[r]] if sendbuf is IN_PLACE
-                  else as_array(sendbuf, "sendbuf"))
-            same_dtype(sb, rb, "sendbuf", "recvbuf")
-            check_len(sb, c[r], "sendbuf", "counts[root]")
+                  else bufs.as_array(sendbuf, "sendbuf"))
+            bufs.same_dtype(sb, rb, "sendbuf", "recvbuf")
+            bufs.check_len(sb, c[r], "sendbuf", "counts[root]")
             spec = Spec(p, r, c[r], root, counts=c, displs=d)
         else:
-            sb = as_array(sendbuf, "sendbuf")
-            rb = EMPTY_U8.view(sb.dtype)
+            sb = bufs.as_array(sendbuf, "sendbuf")
+            rb = bufs.EMPTY_U8.view(sb.dtype)
             spec = Spec(p, r, sb.size, root)
         algo = self._choose("gatherv", sb.nbytes, algorithm)
         return self._go("gatherv", algo, spec, [sb, rb], None, blocking, timeout)
@@ -474,15 +540,15 @@ class Communicator(ObjectCollectives):
         p, r = self.size, self.rank
         root = self._root(root)
         if r == root:
-            sb = as_array(sendbuf, "sendbuf")
-            n = blocks_of(sb, p, "sendbuf")
+            sb = bufs.as_array(sendbuf, "sendbuf")
+            n = bufs.blocks_of(sb, p, "sendbuf")
             rb = (sb[r * n : (r + 1) * n] if recvbuf is IN_PLACE
-                  else as_array(recvbuf, "recvbuf", writable=True))
-            same_dtype(sb, rb, "sendbuf", "recvbuf")
-            check_len(rb, n, "recvbuf", "sendbuf holds size blocks of this length")
+                  else bufs.as_array(recvbuf, "recvbuf", writable=True))
+            bufs.same_dtype(sb, rb, "sendbuf", "recvbuf")
+            bufs.check_len(rb, n, "recvbuf", "sendbuf holds size blocks of this length")
         else:
-            rb = as_array(recvbuf, "recvbuf", writable=True)
-            sb = EMPTY_U8.view(rb.dtype)
+            rb = bufs.as_array(recvbuf, "recvbuf", writable=True)
+            sb = bufs.EMPTY_U8.view(rb.dtype)
             n = rb.size
         algo = self._choose("scatter", rb.nbytes, algorithm)
         return self._go("scatter", algo, Spec(p, r, n, root), [sb, rb], None, blocking, timeout)
@@ -509,18 +575,18 @@ class Communicator(ObjectCollectives):
         p, r = self.size, self.rank
         root = self._root(root)
         if r == root:
-            sb = as_array(sendbuf, "sendbuf")
+            sb = bufs.as_array(sendbuf, "sendbuf")
             if counts is None:
                 raise TypeError("counts is required at the root")
-            c, d = layout(counts, displs, p, sb, "counts", "displs", "sendbuf")
+            c, d = bufs.layout(counts, displs, p, sb, "counts", "displs", "sendbuf")
             rb = (sb[d[r] : d[r] + c[r]] if recvbuf is IN_PLACE
-                  else as_array(recvbuf, "recvbuf", writable=True))
-            same_dtype(sb, rb, "sendbuf", "recvbuf")
-            check_len(rb, c[r], "recvbuf", "counts[root]")
+                  else bufs.as_array(recvbuf, "recvbuf", writable=True))
+            bufs.same_dtype(sb, rb, "sendbuf", "recvbuf")
+            bufs.check_len(rb, c[r], "recvbuf", "counts[root]")
             spec = Spec(p, r, c[r], root, counts=c, displs=d)
         else:
-            rb = as_array(recvbuf, "recvbuf", writable=True)
-            sb = EMPTY_U8.view(rb.dtype)
+            rb = bufs.as_array(recvbuf, "recvbuf", writable=True)
+            sb = bufs.EMPTY_U8.view(rb.dtype)
             spec = Spec(p, r, rb.size, root)
         algo = self._choose("scatterv", rb.nbytes, algorithm)
         return self._go("scatterv", algo, spec, [sb, rb], None, blocking, timeout)
@@ -560,25 +626,25 @@ class Communicator(ObjectCollectives):
                    displs: Sequence[int] | None, algorithm: str | None, blocking: bool,
                    timeout: float | None) -> Request[None]:
         p, r = self.size, self.rank
-        rb = as_array(recvbuf, "recvbuf", writable=True)
+        rb = bufs.as_array(recvbuf, "recvbuf", writable=True)
         if counts is None:
-            n = blocks_of(rb, p, "recvbuf")
-            sb = rb[r * n : (r + 1) * n] if sendbuf is IN_PLACE else as_array(sendbuf,
+            n = bufs.blocks_of(rb, p, "recvbuf")
+            sb = rb[r * n : (r + 1) * n] if sendbuf is IN_PLACE else bufs.as_array(sendbuf,
                                                                                "sendbuf")
-            check_len(sb, n, "sendbuf", "recvbuf holds size blocks of this length")
+            bufs.check_len(sb, n, "sendbuf", "recvbuf holds size blocks of this length")
             coll, spec = "allgather", Spec(p, r, n)
             equal = True
         else:
-            c, d = layout(counts, displs, p, rb, "counts", "displs", "recvbuf")
+            c, d = bufs.layout(counts, displs, p, rb, "counts", "displs", "recvbuf")
             sb = (rb[d[r] : d[r] + c[r]] if sendbuf is IN_PLACE
-                  else as_array(sendbuf, "sendbuf"))
-            check_len(sb, c[r], "sendbuf", "counts[rank]")
+                  else bufs.as_array(sendbuf, "sendbuf"))
+            bufs.check_len(sb, c[r], "sendbuf", "counts[rank]")
             coll, spec = "allgatherv", Spec(p, r, c[r], counts=c, displs=d)
             equal = False
-        same_dtype(sb, rb, "sendbuf", "recvbuf")
+        bufs.same_dtype(sb, rb, "sendbuf", "recvbuf")
         algo = self._choose(coll, sb.nbytes, algorithm, equal_blocks=equal, blocking=blocking)
         if algo == "shm":
-            shm.allgather(self._shm(coll, timeout, rb.nbytes, str(rb.dtype)), sb, rb)
+            shm.allgather(self._shm(coll, timeout, rb.nbytes, (rb.dtype,)), sb, rb)
             return CompletedRequest(self._engine, None)
         return self._go(coll, algo, spec, [sb, rb], None, blocking, timeout)
 
@@ -600,14 +666,15 @@ class Communicator(ObjectCollectives):
     def _alltoall(self, sendbuf: Any, recvbuf: Any, algorithm: str | None, blocking: bool,
                   timeout: float | None) -> Request[None]:
         p, r = self.size, self.rank
-        rb = as_array(recvbuf, "recvbuf", writable=True)
-        n = blocks_of(rb, p, "recvbuf")
-        sb = rb.copy() if sendbuf is IN_PLACE else as_array(sendbuf, "sendbuf")
-        same_dtype(sb, rb, "sendbuf", "recvbuf")
-        check_len(sb, rb.size, "sendbuf", "the size of recvbuf")
+        rb = bufs.as_array(recvbuf, "recvbuf", writable=True)
+        n = bufs.blocks_of(rb, p, "recvbuf")
+        sb = rb.copy() if sendbuf is IN_PLACE else bufs.as_array(sendbuf, "sendbuf")
+        bufs.same_dtype(sb, rb, "sendbuf", "recvbuf")
+        bufs.check_len(sb, rb.size, "sendbuf", "the size of recvbuf")
         algo = self._choose("alltoall", sb.nbytes // p, algorithm, blocking=blocking)
         if algo == "shm":
-            shm.alltoall(self._shm("alltoall", timeout, rb.nbytes, str(rb.dtype)), sb, rb)
+            kind = (rb.dtype,)
+            shm.alltoall(self._shm("alltoall", timeout, rb.nbytes, kind), sb, rb)
             return CompletedRequest(self._engine, None)
         return self._go("alltoall", algo, Spec(p, r, n), [sb, rb], None, blocking, timeout)
 
@@ -638,14 +705,14 @@ class Communicator(ObjectCollectives):
                    rdispls: Sequence[int] | None, algorithm: str | None, blocking: bool,
                    timeout: float | None) -> Request[None]:
         p, r = self.size, self.rank
-        rb = as_array(recvbuf, "recvbuf", writable=True)
-        rc, rd = layout(recvcounts, rdispls, p, rb, "recvcounts", "rdispls", "recvbuf")
+        rb = bufs.as_array(recvbuf, "recvbuf", writable=True)
+        rc, rd = bufs.layout(recvcounts, rdispls, p, rb, "recvcounts", "rdispls", "recvbuf")
         if sendbuf is IN_PLACE:
             sb, sc, sd = rb.copy(), rc, rd
         else:
-            sb = as_array(sendbuf, "sendbuf")
-            sc, sd = layout(sendcounts, sdispls, p, sb, "sendcounts", "sdispls", "sendbuf")
-        same_dtype(sb, rb, "sendbuf", "recvbuf")
+            sb = bufs.as_array(sendbuf, "sendbuf")
+            sc, sd = bufs.layout(sendcounts, sdispls, p, sb, "sendcounts", "sdispls", "sendbuf")
+        bufs.same_dtype(sb, rb, "sendbuf", "recvbuf")
         if sc[r] != rc[r]:
             raise ValueError(f"sendcounts[{r}]={sc[r]} but recvcounts[{r}]={rc[r]}: this rank's "
                              "block to itself must have one size")
@@ -674,16 +741,17 @@ class Communicator(ObjectCollectives):
                    algorithm: str | None, blocking: bool,
                    timeout: float | None) -> Request[None]:
         p, r = self.size, self.rank
-        sends = [as_array(b, f"sendbufs[{i}]").view(np.uint8)
-                 for i, b in enumerate(seq(sendbufs, p, "sendbufs"))]
-        recvs = [as_array(b, f"recvbufs[{i}]", writable=True).view(np.uint8)
-                 for i, b in enumerate(seq(recvbufs, p, "recvbufs"))]
-        check_len(recvs[r], sends[r].size, f"recvbufs[{r}]", f"the bytes of sendbufs[{r}]")
+        sends = [bufs.as_array(b, f"sendbufs[{i}]").view(np.uint8)
+                 for i, b in enumerate(bufs.seq(sendbufs, p, "sendbufs"))]
+        recvs = [bufs.as_array(b, f"recvbufs[{i}]", writable=True).view(np.uint8)
+                 for i, b in enumerate(bufs.seq(recvbufs, p, "recvbufs"))]
+        bufs.check_len(recvs[r], sends[r].size, f"recvbufs[{r}]", f"the bytes of sendbufs[{r}]")
         algo = self._choose("alltoallw", sum(s.nbytes for s in sends) // p, algorithm)
         spec = Spec(p, r, 0, counts=tuple(s.size for s in sends),
                     rcounts=tuple(b.size for b in recvs))
-        return self._go("alltoallw", algo, spec, [EMPTY_U8, EMPTY_U8, EMPTY_U8, *sends, *recvs],
-                        None, blocking, timeout)
+        none = bufs.EMPTY_U8
+        return self._go("alltoallw", algo, spec, [none, none, none, *sends, *recvs], None,
+                        blocking, timeout)
 
     # ------------------------------------------------------------------ management
     def _agree_context(self, extra: Sequence[int] = ()) -> tuple[int, Array]:
@@ -759,7 +827,7 @@ class Communicator(ObjectCollectives):
         Local: call it on every rank once no operation on the communicator is pending.
         """
         self._freed = True
-        self._scratch = executor.Scratch()
+        self._scratch = None
         if self._arena is not None:
             self._arena = None
             self.unmap_shared("arena")

@@ -15,21 +15,23 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 
 class Op:
     """A reduction operation; use the module constants (``SUM``, ...) or :meth:`create`."""
 
-    __slots__ = ("_fn", "_obj", "_ufunc", "commutative", "name")
+    __slots__ = ("_fn", "_obj", "_ufunc", "_ufunc_name", "commutative", "name")
 
-    def __init__(self, name: str, *, ufunc: np.ufunc | None = None,
+    def __init__(self, name: str, *, ufunc: str | None = None,
                  fn: Callable[[Any, Any], Any] | None = None,
                  obj: Callable[[Any, Any], Any] | None = None, commutative: bool = True) -> None:
         self.name = name
-        self._ufunc = ufunc
+        self._ufunc_name = ufunc  # numpy's ufunc, looked up on first use (numpy loads lazily)
+        self._ufunc: np.ufunc | None = None
         self._fn = fn
         self._obj = obj
         self.commutative = commutative
@@ -58,9 +60,17 @@ class Op:
         """Whether this is one of the predefined operations."""
         return self._fn is None
 
+    def _uf(self) -> np.ufunc | None:
+        uf = self._ufunc
+        if uf is None and self._ufunc_name is not None:
+            import numpy
+
+            uf = self._ufunc = getattr(numpy, self._ufunc_name)
+        return uf
+
     def check_dtype(self, dtype: np.dtype[Any], name: str = "buffer") -> None:
         """Raise TypeError if this op cannot reduce arrays of ``dtype``."""
-        if self._ufunc is None and self.name not in ("maxloc", "minloc"):
+        if self._ufunc_name is None and self.name not in ("maxloc", "minloc"):
             return
         if self.name in ("maxloc", "minloc"):
             if dtype.names is None or len(dtype.names) != 2:
@@ -81,7 +91,7 @@ class Op:
 
         Cost: one pass over both arrays for built-ins; user ops may allocate.
         """
-        uf = self._ufunc
+        uf = self._ufunc or self._uf()
         if uf is not None:
             if src_left:
                 uf(src, dst, out=dst)
@@ -93,7 +103,9 @@ class Op:
             return
         res = self._fn(src, dst) if src_left else self._fn(dst, src)
         if res is not dst:
-            np.copyto(dst, np.asarray(res, dtype=dst.dtype).reshape(dst.shape))
+            import numpy
+
+            numpy.copyto(dst, numpy.asarray(res, dtype=dst.dtype).reshape(dst.shape))
 
     def combine_into(self, out: np.ndarray[Any, Any], left: np.ndarray[Any, Any],
                      right: np.ndarray[Any, Any]) -> None:
@@ -101,17 +113,19 @@ class Op:
 
         Cost: one pass for built-ins, no temporaries.
         """
-        uf = self._ufunc
+        uf = self._ufunc or self._uf()
         if uf is not None:
             uf(left, right, out=out)
             return
+        import numpy
+
         if out is not right:
-            if out is not left and not np.shares_memory(out, left):
-                np.copyto(out, right)
+            if out is not left and not numpy.shares_memory(out, left):
+                numpy.copyto(out, right)
                 self.reduce_into(out, left, src_left=True)
                 return
             tmp = left.copy()
-            np.copyto(out, right)
+            numpy.copyto(out, right)
             self.reduce_into(out, tmp, src_left=True)
             return
         self.reduce_into(out, left, src_left=True)
@@ -143,16 +157,16 @@ def _obj_loc(is_max: bool) -> Callable[[Any, Any], Any]:
     return combine
 
 
-SUM = Op("sum", ufunc=np.add, obj=operator.add)
-PROD = Op("prod", ufunc=np.multiply, obj=operator.mul)
-MAX = Op("max", ufunc=np.maximum, obj=lambda a, b: b if b > a else a)
-MIN = Op("min", ufunc=np.minimum, obj=lambda a, b: b if b < a else a)
-LAND = Op("land", ufunc=np.logical_and, obj=lambda a, b: bool(a) and bool(b))
-LOR = Op("lor", ufunc=np.logical_or, obj=lambda a, b: bool(a) or bool(b))
-LXOR = Op("lxor", ufunc=np.logical_xor, obj=lambda a, b: bool(a) != bool(b))
-BAND = Op("band", ufunc=np.bitwise_and, obj=operator.and_)
-BOR = Op("bor", ufunc=np.bitwise_or, obj=operator.or_)
-BXOR = Op("bxor", ufunc=np.bitwise_xor, obj=operator.xor)
+SUM = Op("sum", ufunc="add", obj=operator.add)
+PROD = Op("prod", ufunc="multiply", obj=operator.mul)
+MAX = Op("max", ufunc="maximum", obj=lambda a, b: b if b > a else a)
+MIN = Op("min", ufunc="minimum", obj=lambda a, b: b if b < a else a)
+LAND = Op("land", ufunc="logical_and", obj=lambda a, b: bool(a) and bool(b))
+LOR = Op("lor", ufunc="logical_or", obj=lambda a, b: bool(a) or bool(b))
+LXOR = Op("lxor", ufunc="logical_xor", obj=lambda a, b: bool(a) != bool(b))
+BAND = Op("band", ufunc="bitwise_and", obj=operator.and_)
+BOR = Op("bor", ufunc="bitwise_or", obj=operator.or_)
+BXOR = Op("bxor", ufunc="bitwise_xor", obj=operator.xor)
 MAXLOC = Op("maxloc", obj=_obj_loc(True))
 MINLOC = Op("minloc", obj=_obj_loc(False))
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Final
 
 import ringworld
-from ringworld.collective.buffers import IN_PLACE
+from ringworld.collective.markers import IN_PLACE
 
 ANY_SOURCE: Final[int] = ringworld.ANY_SOURCE
 ANY_TAG: Final[int] = ringworld.ANY_TAG

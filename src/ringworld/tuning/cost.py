@@ -121,7 +121,7 @@ MODELS: dict[str, dict[str, Model]] = {
                                                    _log2(p) * n, n),
     },
 }
-SHM_CHUNK = 4 << 20
+SHM_CHUNK = 2 << 20  # algorithms.shm.CHUNK (not imported: that module loads numpy)
 SHM_SMALL = 16384
 
 
