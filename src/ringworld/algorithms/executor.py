@@ -72,11 +72,11 @@ class Scratch:
 class CollectiveRequest(Request[T]):
     """A collective in progress; ``wait()`` returns its result (``finish()``'s value)."""
 
-    __slots__ = ("_arrays", "_bytes", "_comm", "_finish", "_finished", "_i", "_item", "_op",
+    __slots__ = ("_arrays", "_bytes", "_comm", "_finish", "_finished", "_i", "_op",
                  "_pending", "_registered", "_scratch", "_steps", "_tag", "what")
 
     def __init__(self, comm: Communicator, sched: Schedule, arrays: Sequence[Array],
-                 op: Op | None, what: str, scratch: Scratch | None = None,
+                 op: Op | None, what: str | tuple[str, str], scratch: Scratch | None = None,
                  finish: Callable[[], T] | None = None, *, inline: bool = False) -> None:
         super().__init__(comm._engine)
         self._comm = comm
@@ -97,8 +97,7 @@ class CollectiveRequest(Request[T]):
             else:
                 arrs[2] = aligned_empty(sched.tmp, dtype)
         self._arrays = arrs
-        self._bytes = [a.view(np.uint8).data if a.size else _EMPTY for a in arrs]
-        self._item = [a.itemsize for a in arrs]
+        self._bytes: list[memoryview | None] = [None] * len(arrs)  # byte views, made on use
         self._pending: list[Request[Any]] = []
         self._i = 0
         self._finished = False
@@ -114,17 +113,24 @@ class CollectiveRequest(Request[T]):
             raise
 
     # ------------------------------------------------------------------ state machine
+    def _view(self, buf: int) -> memoryview:
+        a = self._arrays[buf]
+        v = self._bytes[buf] = a.view(np.uint8).data if a.size else _EMPTY
+        return v
+
     def _start(self) -> None:
         s = self._steps[self._i]
-        comm, tag, views, item = self._comm, self._tag, self._bytes, self._item
+        comm, tag, views, arrays = self._comm, self._tag, self._bytes, self._arrays
         pending = self._pending
         for x in s.recvs:
-            k = item[x.buf]
-            pending.append(comm.coll_irecv(views[x.buf][x.start * k : (x.start + x.length) * k],
-                                           x.peer, tag))
+            k = arrays[x.buf].itemsize
+            v = views[x.buf] or self._view(x.buf)
+            pending.append(comm.coll_irecv(v[x.start * k : (x.start + x.length) * k], x.peer,
+                                           tag))
         for x in s.sends:
-            k = item[x.buf]
-            h = comm.coll_isend(views[x.buf][x.start * k : (x.start + x.length) * k], x.peer, tag)
+            k = arrays[x.buf].itemsize
+            v = views[x.buf] or self._view(x.buf)
+            h = comm.coll_isend(v[x.start * k : (x.start + x.length) * k], x.peer, tag)
             if h is not None:
                 pending.append(h)
 
@@ -273,7 +279,11 @@ class CollectiveRequest(Request[T]):
         waiting = sorted({getattr(r, "source", getattr(r, "_dest", -1)) for r in self._pending
                           if not r.done})
         who = ", ".join(str(self._comm._to_comm(w)) for w in waiting if w >= 0)
-        return (f"{self.what} #{self._tag} on {self._comm.name} (rank {self._comm.rank} of "
+        what = self.what
+        if not isinstance(what, str):  # (collective, algorithm): sized only when needed
+            nbytes = max((a.nbytes for a in self._arrays if a is not _NO_DATA), default=0)
+            what = f"{what[0]} ({what[1]}, {nbytes} bytes)"
+        return (f"{what} #{self._tag} on {self._comm.name} (rank {self._comm.rank} of "
                 f"{self._comm.size}), step {self._i + 1} of {len(self._steps)}"
                 + (f", waiting for rank(s) {who}" if who else ""))
 

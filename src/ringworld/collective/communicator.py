@@ -72,7 +72,8 @@ class Communicator(ObjectCollectives):
         # a barrier alone does not map the shared windows (start-up stays light); any other
         # collective does, once, on its first call
         shm_ok = (blocking and self.transport == "shm" and self._shares_memory()
-                  and (self._arena is not None or collective != "barrier"))
+                  and (self._arena is not None or collective != "barrier"
+                       or algorithm == "shm"))
         name = self.selector.choose(collective, self.size, nbytes, self.transport, algorithm,
                                     commutative=commutative, equal_blocks=equal_blocks,
                                     shm=shm_ok)
@@ -109,15 +110,15 @@ class Communicator(ObjectCollectives):
             op: Op | None, blocking: bool, timeout: float | None,
             finish: Callable[[], None] | None = None) -> Request[None]:
         sched = registry.build(collective, algo, spec)  # cached: schedules are pure
-        nbytes = max((a.nbytes for a in arrays), default=0)
-        what = f"{collective} ({algo}, {nbytes} bytes)"
+        what = (collective, algo)  # described with its size only if an error needs it
         if blocking:
             if sched.steps:
                 scratch = self._scratch
                 if scratch is None:
                     scratch = self._scratch = executor.Scratch()
-                executor.CollectiveRequest[None](self, sched, arrays, op, what, scratch,
-                                                 finish, inline=True).run_inline(timeout)
+                req: executor.CollectiveRequest[None] = executor.CollectiveRequest(
+                    self, sched, arrays, op, what, scratch, finish, inline=True)
+                req.run_inline(timeout)
             else:
                 self.next_seq()
                 if finish is not None:
@@ -128,7 +129,9 @@ class Communicator(ObjectCollectives):
             if finish is not None:
                 finish()
             return CompletedRequest(self._engine, None)
-        return executor.CollectiveRequest[None](self, sched, arrays, op, what, None, finish)
+        nb: executor.CollectiveRequest[None] = executor.CollectiveRequest(
+            self, sched, arrays, op, what, None, finish)
+        return nb
 
     def _op(self, op: OpLike, *bufs: Array) -> Op:
         for b in bufs:

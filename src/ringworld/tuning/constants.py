@@ -1,12 +1,12 @@
 """Default cost-model constants, per transport, with where they come from.
 
 Measured on the project's reference machine (2-core AMD EPYC VM, Python 3.11, numpy 2.4) on
-2026-11-29 with ``ringworld tune`` (np=2): ``step`` from the 8-byte ping-pong half round trip
-plus one collective step of Python overhead, ``message`` from a step with several messages,
-``bandwidth`` from 16 MiB ping-pong (each byte is copied in by the sender and out by the
-receiver, so a rank's transport time is bytes sent plus received over this rate), and
-``reduce_rate``/``copy_rate`` from numpy ``np.add(a, b, out=a)`` and ``np.copyto`` on 32 MiB
-arrays. ``ringworld tune --save`` writes re-measured values to a JSON file used when
+2026-11-29 with ``ringworld tune`` (np=2; see :mod:`ringworld.tuning.measure` for exactly what
+each figure times): ``step`` is one 8-byte recursive-doubling allreduce (a dependent message
+step including the executor's Python overhead), ``message`` each extra message in a step,
+``bandwidth`` bytes sent plus received per second in a 16 MiB exchange, ``reduce_rate`` and
+``copy_rate`` numpy ``add(out=)`` and ``copyto`` on 32 MiB, ``sync`` one shared-memory flag
+barrier. ``ringworld tune --save`` writes re-measured values to a JSON file used when
 ``RINGWORLD_TUNING_FILE`` names it.
 """
 
@@ -19,12 +19,14 @@ from ringworld.errors import ConfigError
 from ringworld.tuning.cost import Constants
 
 DEFAULTS: dict[str, Constants] = {
-    "shm": Constants(step=12e-6, message=3e-6, bandwidth=9.0e9, reduce_rate=4.5e9,
-                     copy_rate=6.5e9, sync=4e-6),
-    "tcp": Constants(step=40e-6, message=10e-6, bandwidth=3.0e9, reduce_rate=4.5e9,
-                     copy_rate=6.5e9),
+    # `ringworld tune`, 2026-11-29, reference machine idle (load < 1), median of 7 repeats
+    "shm": Constants(step=51e-6, message=15e-6, bandwidth=4.3e9, reduce_rate=4.5e9,
+                     copy_rate=4.4e9, sync=7.6e-6),
+    "tcp": Constants(step=91e-6, message=33e-6, bandwidth=3.8e9, reduce_rate=4.5e9,
+                     copy_rate=4.4e9),
+    # a communicator of one rank: nothing moves, only local copies
     "self": Constants(step=2e-6, message=1e-6, bandwidth=1e12, reduce_rate=4.5e9,
-                      copy_rate=6.5e9),
+                      copy_rate=4.4e9),
 }
 
 
