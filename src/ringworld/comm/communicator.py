@@ -243,6 +243,26 @@ class Communicator:
             t.window_unlink(full)
         return views
 
+    @property
+    def supports_peer_reads(self) -> bool:
+        """Whether :meth:`read_peer` may work (one host, a transport that can do it)."""
+        t = self._window_transport()
+        return t is not None and t.supports_peer_reads
+
+    def read_peer(self, rank: int, remote_addr: int, local_addr: int, nbytes: int) -> None:
+        """Copy ``nbytes`` from address ``remote_addr`` of rank ``rank`` to ``local_addr``.
+
+        A single copy between the ranks' own buffers (the caller learned ``remote_addr``
+        through shared memory and keeps the peer from touching it meanwhile).
+
+        Raises:
+            TransportError: not possible between these ranks, or the read failed.
+        """
+        t = self._window_transport()
+        if t is None:
+            raise TransportError(f"the ranks of {self.name} cannot read each other's memory")
+        t.read_peer(self._ranks[rank], remote_addr, local_addr, nbytes)
+
     def unmap_shared(self, key: str) -> None:
         """Release the segments :meth:`map_shared` mapped under ``key`` (drop views first)."""
         t = self._window_transport()

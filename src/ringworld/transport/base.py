@@ -167,6 +167,17 @@ class Transport(ABC):
         """
         raise TransportError(f"{type(self).__name__} has no shared windows")
 
+    #: whether :meth:`read_peer` may work (single-copy reads from a peer's memory).
+    supports_peer_reads: bool = False
+
+    def read_peer(self, rank: int, remote_addr: int, local_addr: int, nbytes: int) -> None:
+        """Copy ``nbytes`` at ``remote_addr`` in peer ``rank``'s memory to ``local_addr``.
+
+        Raises:
+            TransportError: not supported here, not permitted, or the peer is gone.
+        """
+        raise TransportError(f"{type(self).__name__} cannot read peer memory")
+
     def window_close(self, key: str) -> None:
         """Unmap every mapping of window ``key`` (once nothing views them any more)."""
         return

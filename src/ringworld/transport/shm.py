@@ -39,6 +39,7 @@ import os
 import select
 import socket
 import struct
+import sys
 from collections import deque
 from collections.abc import Sequence
 
@@ -496,6 +497,19 @@ class ShmTransport(Transport):
         self._mms.append(mm)
         self._windows.setdefault(key, []).append(mm)
         return memoryview(mm)
+
+    supports_peer_reads = sys.platform == "linux"
+
+    def read_peer(self, rank: int, remote_addr: int, local_addr: int, nbytes: int) -> None:
+        p = self._peers[rank] if 0 <= rank < self.size else None
+        if p is None:
+            raise TransportError(f"rank {rank} is not a peer of this transport")
+        from ringworld.transport import cma
+
+        try:
+            cma.read(p.pid, remote_addr, local_addr, nbytes)
+        except OSError as exc:
+            raise TransportError(f"reading rank {rank}'s memory failed: {exc}") from exc
 
     def window_close(self, key: str) -> None:
         mms = self._windows.pop(key, [])

@@ -1,0 +1,53 @@
+"""The shared-memory collectives' direct-read path (peers copy straight out of each other's
+buffers), forced on small buffers by lowering its threshold in the forked ranks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import ringworld
+from ringworld.algorithms import shm
+from ringworld.testing import run_processes
+
+
+def _direct(comm: ringworld.Communicator) -> list[str]:
+    p, r = comm.size, comm.rank
+    errors: list[str] = []
+    n = 5000 + 7  # elements per rank block: not a multiple of anything convenient
+    mine = np.arange(n, dtype=np.float64) * 3 + r * 1_000_000
+    everyone = [np.arange(n, dtype=np.float64) * 3 + i * 1_000_000 for i in range(p)]
+    out = np.full(p * n, -1.0)
+    comm.allgather(mine, out, algorithm="shm")
+    if not np.array_equal(out, np.concatenate(everyone)):
+        errors.append(f"allgather rank {r}")
+    inplace = np.full(p * n, -1.0)
+    inplace[r * n : (r + 1) * n] = mine
+    comm.allgather(ringworld.IN_PLACE, inplace, algorithm="shm")
+    if not np.array_equal(inplace, np.concatenate(everyone)):
+        errors.append(f"allgather in place rank {r}")
+    send = np.arange(p * n, dtype=np.int64) + r * 10_000_000
+    recv = np.full(p * n, -1, dtype=np.int64)
+    comm.alltoall(send, recv, algorithm="shm")
+    want = np.concatenate([(np.arange(p * n, dtype=np.int64) + i * 10_000_000)[r * n:(r + 1) * n]
+                           for i in range(p)])
+    if not np.array_equal(recv, want):
+        errors.append(f"alltoall rank {r}")
+    for root in range(p):
+        buf = mine.copy() if r == root else np.zeros(n)
+        comm.bcast(buf, root, algorithm="shm")
+        if not np.array_equal(buf, everyone[root]):
+            errors.append(f"bcast root {root} rank {r}")
+    arena: Any = comm._arena
+    if arena is None or not arena.direct:
+        errors.append(f"rank {r}: direct reads were not enabled")
+    return errors
+
+
+@pytest.mark.parametrize("size", [2, 3, 5])
+def test_direct_reads(size: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shm, "DIRECT_MIN", 4096)  # inherited by the forked ranks
+    results = run_processes(size, _direct, transport="shm", timeout=60)
+    assert [e for errs in results for e in errs] == []
