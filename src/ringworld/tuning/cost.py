@@ -126,14 +126,15 @@ SHM_SMALL = 16384
 
 
 def _shm(sync_per_chunk: int, copied: float, reduced: float, per_rank: bool = False,
-         small: bool = False) -> Model:
+         small: bool = False, all_blocks: bool = False) -> Model:
     """A shared-memory algorithm: syncs per chunk, bytes copied and reduced per byte of n.
 
     ``small``: messages of at most SHM_SMALL bytes take one sync (and every rank reduces all
-    p inputs itself).
+    p inputs itself); ``all_blocks``: the send buffer holds p blocks of n (alltoall,
+    reduce_scatter), so that is what must fit.
     """
     def m(p: int, n: float, seg: int) -> Work:
-        if small and n <= SHM_SMALL:
+        if small and (n * p if all_blocks else n) <= SHM_SMALL:
             return Work(0, 0, 0, reduced * n * (p - 1), copied * n * (p if per_rank else 1),
                         syncs=1)
         total = n * p if per_rank else n
@@ -149,8 +150,8 @@ SHM_MODELS: dict[str, Model] = {
     "reduce": _shm(2, 1.5, 1.0),
     "bcast": _shm(1, 1.0, 0.0, small=True),
     "allgather": _shm(1, 1.0, 0.0, per_rank=True, small=True),
-    "reduce_scatter_block": _shm(2, 1.0, 1.0, per_rank=True),
-    "alltoall": _shm(2, 2.0, 0.0, per_rank=True),
+    "reduce_scatter_block": _shm(2, 1.0, 1.0, per_rank=True, small=True, all_blocks=True),
+    "alltoall": _shm(2, 2.0, 0.0, per_rank=True, small=True, all_blocks=True),
 }
 
 # collectives whose algorithms share a model with another's
