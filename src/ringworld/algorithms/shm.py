@@ -209,6 +209,7 @@ class Arena:
             mine[at] = sig[0]
             mine[at + 1] = sig[1]
         mine[0] = e
+        self.comm.wake_peers()
         for c in self._ctr:
             if c[0] < e:
                 self._wait(e)

@@ -38,6 +38,9 @@ from ringworld.errors import PeerFailure, Timeout, TransportError
 from ringworld.transport.base import Transport
 
 T = TypeVar("T")
+SHM_SPIN_POLLS = 2000      # flag checks before sleeping
+SHM_SPIN_POLLS_CROWDED = 32  # ... when ranks outnumber cores: the awaited rank needs ours
+SHM_SLEEP_SLICE = 0.0005   # longest sleep: bounds a wake-up lost between flag and sleep
 
 
 def send_view(buf: Any, name: str = "buf") -> memoryview:
@@ -108,6 +111,7 @@ class Communicator:
         self.coll_context = context + 1
         self.name = name or f"comm{context // 2}"
         self._coll_seq = 0
+        self._wake: list[tuple[Callable[[int], None], int]] | None = None
 
     def __repr__(self) -> str:
         return f"<Communicator {self.name} rank {self.rank} of {self.size}>"
@@ -273,9 +277,11 @@ class Communicator:
                    describe: Callable[[], str], waiting_for: Callable[[], Collection[int]]) -> None:
         """Wait for ``cond()`` (a flag in shared memory), keeping messages moving.
 
-        Spins, then yields the CPU; polls the transports every few checks (so nonblocking
-        operations progress) and checks peers' liveness every 50 ms. ``waiting_for()`` names
-        the world ranks still awaited.
+        Spins first (the flag usually flips within microseconds), polling the transports every
+        few checks so nonblocking operations progress; then sleeps in the transport's
+        ``wait_event`` in short slices (peers that flip a flag call :meth:`wake_peers`), so
+        ranks that outnumber the cores hand theirs to the rank being waited for. Checks peers'
+        liveness every 50 ms; ``waiting_for()`` names the world ranks still awaited.
 
         Raises:
             Timeout: not true within ``timeout`` (default: the job's); names what was awaited.
@@ -287,11 +293,18 @@ class Communicator:
         polls = 0
         deadline = None
         next_check = 0.0
+        transports = engine.transports
+        sleeper = transports[0] if len(transports) == 1 else None
+        spin = SHM_SPIN_POLLS if engine.spin_polls >= SHM_SPIN_POLLS else SHM_SPIN_POLLS_CROWDED
+
+        def waiting() -> bool:
+            return not cond()
+
         while not cond():
             polls += 1
             if polls & 15 == 0:
                 engine.progress()
-            if polls < 2000:
+            if polls < spin:
                 continue
             now = time.monotonic()
             if deadline is None:
@@ -310,7 +323,22 @@ class Communicator:
                     return
                 raise Timeout(f"{describe()}: not complete after {timeout:g} s "
                               f"(rank {self.rank} of {self.size} on {self.name})")
-            os.sched_yield()
+            if sleeper is not None:
+                sleeper.wait_event(SHM_SLEEP_SLICE, waiting)
+                engine.progress()
+            else:
+                os.sched_yield()
+
+    def wake_peers(self) -> None:
+        """Wake the ranks of this communicator that sleep in :meth:`spin_until`."""
+        peers = self._wake
+        if peers is None:
+            t = self._window_transport()
+            me = self._engine.rank
+            peers = self._wake = ([] if t is None else
+                                  [(t.wake, w) for w in self._ranks if w != me])
+        for wake, w in peers:
+            wake(w)
 
     def next_seq(self) -> int:
         """The sequence number (tag) of this rank's next collective on this communicator."""

@@ -27,6 +27,7 @@ from ringworld.transport.base import BufferedIncoming, Incoming, SendHandle, Tra
 FAST_POLLS = 32          # polls before the first clock read
 RECV_SPIN = 4000         # polls of a blocking receive before the general wait loop
 SPIN_POLLS = 2000        # polls before yielding the CPU
+SPIN_POLLS_CROWDED = 64  # ... when the job's ranks outnumber this host's CPUs
 YIELD_POLLS = 200        # polls with sched_yield before sleeping
 SLEEP_SLICE = 0.005      # longest single sleep: bounds a lost doorbell wake-up
 CHECK_PEERS_EVERY = 0.05  # seconds between liveness checks while spinning
@@ -58,6 +59,12 @@ class Engine:
         # nonblocking collectives in flight: advanced on every progress() call, so a rank
         # blocked in any wait still forwards the data its peers need (MPI's progress rule)
         self.background: list[Callable[[], object]] = []
+        try:
+            cpus = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            cpus = os.cpu_count() or 1
+        # ranks outnumbering cores: a long spin keeps the awaited rank off the CPU
+        self.spin_polls = SPIN_POLLS if size <= cpus else SPIN_POLLS_CROWDED
 
     # ------------------------------------------------------------------ contexts
     def new_context(self) -> int:
@@ -258,6 +265,7 @@ class Engine:
         elif timeout < 0:
             raise ValueError(f"timeout={timeout} must be >= 0 or None")
         progress = self.progress
+        spin = self.spin_polls
         for _ in range(FAST_POLLS):  # the common case: done within a few polls, no clock reads
             if progress() and self.dead and not cond():
                 self._raise_if_needed(depends, describe)
@@ -276,7 +284,7 @@ class Engine:
             if cond():
                 return
             polls += 1
-            if polls < SPIN_POLLS and polls & 63:
+            if polls < spin and polls & 63:
                 continue
             now = time.monotonic()
             if deadline is not None and now >= deadline:
@@ -285,16 +293,16 @@ class Engine:
                     return
                 raise Timeout(f"{describe()}: not complete after {timeout:g} s "
                               f"(rank {self.rank} of {self.size})")
-            if now >= next_check or polls > SPIN_POLLS + YIELD_POLLS:
+            if now >= next_check or polls > spin + YIELD_POLLS:
                 self.check_peers()
                 if cond():
                     return
                 if self.dead:
                     self._raise_if_needed(depends, describe)
                 next_check = now + CHECK_PEERS_EVERY
-            if polls < SPIN_POLLS:
+            if polls < spin:
                 continue
-            if polls < SPIN_POLLS + YIELD_POLLS:
+            if polls < spin + YIELD_POLLS:
                 os.sched_yield()
                 continue
             slice_ = SLEEP_SLICE if deadline is None else max(0.0, min(SLEEP_SLICE,

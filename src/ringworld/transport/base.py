@@ -195,8 +195,16 @@ class Transport(ABC):
         """
 
     @abstractmethod
-    def wait_event(self, timeout: float) -> None:
-        """Block for at most ``timeout`` seconds until progress may be possible."""
+    def wait_event(self, timeout: float, waiting: Callable[[], bool] | None = None) -> None:
+        """Block for at most ``timeout`` seconds until progress may be possible.
+
+        ``waiting``, if given, is asked once more after this rank is marked asleep (so a peer
+        that changes what it tests calls :meth:`wake` and ends the sleep): False returns at once.
+        """
+
+    def wake(self, rank: int) -> None:
+        """Wake peer ``rank`` if it sleeps in :meth:`wait_event` (cheap when it does not)."""
+        return
 
     @abstractmethod
     def check_peers(self) -> None:

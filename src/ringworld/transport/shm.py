@@ -41,7 +41,7 @@ import socket
 import struct
 import sys
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ringworld.errors import BootstrapError, PeerFailure, TransportError
 from ringworld.store.base import Store, store_barrier
@@ -787,12 +787,14 @@ class ShmTransport(Transport):
                 did = True
         return did
 
-    def wait_event(self, timeout: float) -> None:
+    def wait_event(self, timeout: float, waiting: Callable[[], bool] | None = None) -> None:
         ctl = self._my_ctl
         if ctl is None or self._bell is None:
             return
         ctl[_W_SLEEP] = 1
         try:
+            if waiting is not None and not waiting():
+                return
             for p in self._active:
                 if p.rx_q[p.rx_idx] == p.rx_expect:
                     return
@@ -801,6 +803,11 @@ class ShmTransport(Transport):
         finally:
             ctl[_W_SLEEP] = 0
             self._drain_bell()
+
+    def wake(self, rank: int) -> None:
+        p = self._peers[rank] if 0 <= rank < self.size else None
+        if p is not None and not p.dead and p.ctl[_W_SLEEP]:
+            self._ring_bell(p)
 
     def _drain_bell(self) -> None:
         assert self._bell is not None

@@ -626,12 +626,12 @@ class TcpTransport(Transport):
             if peer.failed is not None:
                 raise PeerFailure(peer.rank, peer.failed)
 
-    def wait_event(self, timeout: float) -> None:
+    def wait_event(self, timeout: float, waiting: Callable[[], bool] | None = None) -> None:
         """Block up to ``timeout`` s until a peer socket is readable (or writable with sends
         queued). Returns at once if staged bytes already hold a header, or a detached payload waits
         to be buffered. Cost: one ``epoll_wait``.
         """
-        if self._closed:
+        if self._closed or (waiting is not None and not waiting()):
             return
         for peer in self._live:
             if peer.deferred is not None:
