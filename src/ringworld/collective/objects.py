@@ -43,6 +43,18 @@ class _Encoded:
         return objects.decode(view, self.flags)
 
 
+def _in_rank_order(p: int, r: int, own: Any, got: Iterator[tuple[int, memoryview]]) -> list[Any]:
+    """The values of ranks 0..p-1: ``own`` at ``r``, the others decoded from ``got`` in order."""
+    out = []
+    for i in range(p):
+        if i == r:
+            out.append(own)
+        else:
+            flags, view = next(got)
+            out.append(objects.decode(view, flags))
+    return out
+
+
 class ObjectCollectives(P2PCommunicator):
     """The object forms of the collectives (blocking; values of any picklable type)."""
 
@@ -127,14 +139,7 @@ class ObjectCollectives(P2PCommunicator):
                 return None
             reqs = [self.coll_irecv_raw(i, tag) for i in range(p) if i != r]
             got = iter(wait_all(reqs, timeout))
-            out = []
-            for i in range(p):
-                if i == r:
-                    out.append(obj)
-                else:
-                    flags, view = next(got)
-                    out.append(objects.decode(view, flags))
-            return out
+            return _in_rank_order(p, r, obj, got)
 
     def scatter_obj(self, objs: Sequence[Any] | None, root: int = 0, *,
                     timeout: float | None = None) -> Any:
@@ -176,14 +181,7 @@ class ObjectCollectives(P2PCommunicator):
             sends = [h for i in range(p) if i != r for h in [self._send(enc, i, tag)]
                      if h is not None]
             got = iter(wait_all(reqs + sends, timeout)[: len(reqs)])
-            out = []
-            for i in range(p):
-                if i == r:
-                    out.append(obj)
-                else:
-                    flags, view = next(got)
-                    out.append(objects.decode(view, flags))
-            return out
+            return _in_rank_order(p, r, obj, got)
 
     def alltoall_obj(self, objs: Sequence[Any], *, timeout: float | None = None) -> list[Any]:
         """Item j of rank i's ``objs`` becomes item i of rank j's result.
@@ -201,14 +199,7 @@ class ObjectCollectives(P2PCommunicator):
             sends = [h for i in range(p) if i != r
                      for h in [self._send(_Encoded.of(objs[i]), i, tag)] if h is not None]
             got = iter(wait_all(reqs + sends, timeout)[: len(reqs)])
-            out = []
-            for i in range(p):
-                if i == r:
-                    out.append(objs[r])
-                else:
-                    flags, view = next(got)
-                    out.append(objects.decode(view, flags))
-            return out
+            return _in_rank_order(p, r, objs[r], got)
 
     def reduce_obj(self, obj: Any, op: ops.Op | str = ops.SUM, root: int = 0, *,
                    timeout: float | None = None) -> Any:
@@ -269,17 +260,7 @@ class ObjectCollectives(P2PCommunicator):
         Raises:
             Timeout, PeerFailure; whatever ``op`` raises on these values.
         """
-        self._check_open()
-        with self._named("scan_obj", self._coll_seq):
-            o = ops.resolve(op)
-            tag = self.next_seq()
-            prefix = self._recv(self.rank - 1, tag, timeout).value() if self.rank else None
-            acc = obj if self.rank == 0 else o.combine_obj(prefix, obj)
-            if self.rank < self.size - 1:
-                h = self._send(_Encoded.of(acc), self.rank + 1, tag)
-                if h is not None:
-                    h.wait(timeout)
-            return acc
+        return self._chain("scan_obj", obj, op, timeout, inclusive=True)
 
     def exscan_obj(self, obj: Any, op: ops.Op | str = ops.SUM, *,
                    timeout: float | None = None) -> Any:
@@ -288,14 +269,22 @@ class ObjectCollectives(P2PCommunicator):
         Raises:
             Timeout, PeerFailure; whatever ``op`` raises on these values.
         """
+        return self._chain("exscan_obj", obj, op, timeout, inclusive=False)
+
+    def _chain(self, what: str, obj: Any, op: ops.Op | str, timeout: float | None,
+               inclusive: bool) -> Any:
+        """A prefix reduction along the chain 0 -> 1 -> ... (rank order for any op)."""
         self._check_open()
-        with self._named("exscan_obj", self._coll_seq):
+        with self._named(what, self._coll_seq):
             o = ops.resolve(op)
             tag = self.next_seq()
             prefix = self._recv(self.rank - 1, tag, timeout).value() if self.rank else None
-            if self.rank < self.size - 1:
-                acc = obj if self.rank == 0 else o.combine_obj(prefix, obj)
+            last = self.rank == self.size - 1
+            if last and not inclusive:
+                return prefix
+            acc = obj if self.rank == 0 else o.combine_obj(prefix, obj)
+            if not last:
                 h = self._send(_Encoded.of(acc), self.rank + 1, tag)
                 if h is not None:
                     h.wait(timeout)
-            return prefix
+            return acc if inclusive else prefix
