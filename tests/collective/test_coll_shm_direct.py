@@ -51,3 +51,19 @@ def test_direct_reads(size: int, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(shm, "DIRECT_MIN", 4096)  # inherited by the forked ranks
     results = run_processes(size, _direct, transport="shm", timeout=60)
     assert [e for errs in results for e in errs] == []
+
+
+def _bcast_mismatch(comm: ringworld.Communicator) -> str:
+    warm = np.zeros(100)
+    comm.allreduce(warm.copy(), warm)  # maps the shared windows
+    buf = np.zeros(100_000 + 8 * comm.rank)  # streamed broadcast, sizes disagree
+    try:
+        comm.bcast(buf, 0, algorithm="shm", timeout=20)
+    except ringworld.MismatchError as exc:
+        return str(exc)
+    return "no error"
+
+
+def test_streamed_bcast_mismatch_fails_every_rank() -> None:
+    results = run_processes(3, _bcast_mismatch, transport="shm", timeout=60)
+    assert all("broadcast" in r for r in results), results

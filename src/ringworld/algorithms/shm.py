@@ -42,6 +42,7 @@ from __future__ import annotations
 import os
 import zlib
 from collections.abc import Callable, Collection
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -61,6 +62,7 @@ PAGE = 4096
 # rather than copied through the windows (two copies): measured here, direct reads run at
 # 3-5 GB/s, below two in-cache copies for smaller blocks but ahead once blocks leave the cache
 DIRECT_MIN = 16 << 20
+PIECE = 1 << 18  # streamed broadcasts move pieces this large (they stay in cache)
 # alltoall: every rank's windows are written and read by every other (cache lines bounce both
 # ways), so direct reads won from 256 KiB blocks up (1 MiB np=2: 170 us against 320 us)
 DIRECT_MIN_ALLTOALL = 1 << 18
@@ -99,6 +101,7 @@ class Arena:
         self.timeout: float | None = None
         self._sig: tuple[int, int, str] | None = None
         self._crc: dict[tuple[Any, ...], tuple[int, str]] = {}
+        self.pieces = 0  # pieces streamed so far (the same count on every rank)
         self.direct = self._probe_direct()
 
     # ------------------------------------------------------------ single-copy peer reads
@@ -225,6 +228,17 @@ class Arena:
                         + ", ".join(f"rank {i}: ({b}, {k:08x})"
                                     for i, (b, k) in enumerate(seen)))
 
+    @property
+    def counters(self) -> list[memoryview]:
+        """Every rank's header words (word 28: pieces produced, 29: consumed, 30: size)."""
+        return self._ctr
+
+    def wait_for(self, cond: Callable[[], bool], missing: Callable[[], Collection[int]],
+                 what: str) -> None:
+        """Wait for a condition on the counters (see :meth:`Communicator.spin_until`)."""
+        self.comm.spin_until(cond, self.timeout, lambda: f"{self.what}, waiting for {what}",
+                             missing)
+
     def _wait(self, e: int) -> None:
         ctr = self._ctr
 
@@ -344,14 +358,88 @@ def bcast(a: Arena, buf: Array, root: int) -> None:
             a.read(root, 0, 0, buf)
         a.sync()
         return
-    for k, (c0, m) in enumerate(_parts(buf.size, min(a.chunk, COPY_CHUNK) // dt.itemsize)):
-        if r == root:
-            a.place(k % 2, buf[c0:])
-            np.copyto(a.area(root, k % 2, dt, m), buf[c0 : c0 + m])
-        a.sync()
-        if r != root:
-            np.copyto(buf[c0 : c0 + m], a.area(root, k % 2, dt, m))
-    a.sync()
+    _stream_bcast(a, buf.reshape(-1).view(np.uint8), root)
+
+
+def _consumed(others: list[memoryview], n: int, stream: int) -> bool:
+    return all(c[29] >= n or c[31] == stream for c in others)
+
+
+def _refused(a: Arena, me: int, stream: int, nbytes: int) -> None:
+    bad = [i for i, c in enumerate(a.counters) if i != me and c[31] == stream]
+    if bad:
+        raise MismatchError(f"{a.what}: rank(s) {bad} expected a broadcast of another size "
+                            f"than the root's {nbytes} bytes")
+
+
+def _produced(src: memoryview, n: int) -> bool:
+    return bool(src[28] >= n)
+
+
+def _behind(ctr: list[memoryview], ranks: tuple[int, ...], me: int, n: int) -> list[int]:
+    return [ranks[i] for i, c in enumerate(ctr) if i != me and c[29] < n]
+
+
+def _stream_bcast(a: Arena, raw: Array, root: int) -> None:
+    """Broadcast ``raw`` (bytes) in pieces through a ring of slots in the root's area 0.
+
+    The root copies piece i into slot i mod NSLOTS and bumps its produced counter; each other
+    rank copies a piece out as soon as it is there and bumps its consumed counter; the root
+    reuses a slot once every rank has consumed the piece that last used it. Both copies run at
+    once on different cores, a piece (in cache) apart: about one copy's time in all. Counters
+    run on across calls (every rank counts the same pieces), and the root waits for every rank
+    to finish before returning, so the next collective may write its window again.
+    """
+    r, p = a.comm.rank, a.comm.size
+    pieces = max(1, -(-raw.size // PIECE))
+    base = a.pieces
+    a.pieces += pieces
+    ctr = a.counters
+    mine = ctr[r]
+    nslots = a.chunk // PIECE
+    ranks = a.comm.world_ranks
+    if r == root:
+        a.place(0, raw)
+        mine[30] = raw.size
+        area = a.area(root, 0, raw.dtype, a.chunk)
+        others = [c for i, c in enumerate(ctr) if i != r]
+        for i in range(pieces):
+            g = base + i
+            need = g - nslots + 1
+            if need > 0 and any(c[29] < need for c in others):
+                a.wait_for(partial(_consumed, others, need, base + 1),
+                           partial(_behind, ctr, ranks, r, need), "a free slot")
+                _refused(a, r, base + 1, raw.size)
+            lo = i * PIECE
+            at = (g % nslots) * PIECE
+            n = min(PIECE, raw.size - lo)
+            np.copyto(area[at : at + n], raw[lo : lo + n])
+            mine[28] = g + 1
+            a.comm.wake_peers()
+        mine[29] = base + pieces
+        end = base + pieces
+        if any(c[29] < end for c in others):
+            a.wait_for(partial(_consumed, others, end, base + 1),
+                       partial(_behind, ctr, ranks, r, end), "every rank to take the broadcast")
+        _refused(a, r, base + 1, raw.size)
+        return
+    src = ctr[root]
+    for i in range(pieces):
+        g = base + i
+        if src[28] < g + 1:
+            a.wait_for(partial(_produced, src, g + 1), partial(list, (ranks[root],)),
+                       f"piece {i} of {pieces} from the root")
+        if i == 0 and src[30] != raw.size:
+            mine[31] = base + 1  # tells the root, which would otherwise wait for us forever
+            a.comm.wake_peers()
+            raise MismatchError(f"{a.what}: the root broadcasts {src[30]} bytes, this rank "
+                                f"(rank {r} of {p}) expects {raw.size}")
+        lo = i * PIECE
+        at = (g % nslots) * PIECE
+        n = min(PIECE, raw.size - lo)
+        np.copyto(raw[lo : lo + n], a.area(root, 0, raw.dtype, a.chunk)[at : at + n])
+        mine[29] = g + 1
+        a.comm.wake_peers()
 
 
 def allgather(a: Arena, send: Array, recv: Array) -> None:
