@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import os
 import zlib
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -58,6 +58,7 @@ Array = np.ndarray[Any, Any]
 
 HEADER = 4096
 PAGE = 4096
+MAX_RANKS = HEADER // 8 - 64  # one header word per peer (consumed counters from word 64)
 # bytes per transfer from which peers' buffers are read directly (one copy, by the kernel)
 # rather than copied through the windows (two copies): measured here, direct reads run at
 # 3-5 GB/s, below two in-cache copies for smaller blocks but ahead once blocks leave the cache
@@ -87,7 +88,7 @@ class Arena:
         # words 12, 13: where in area 0 / 1 the data starts (see place()); words 24, 25: the
         # buffers peers may read directly (see publish()); word 26: the direct-read verdict.
         # memoryviews: indexing one gives a plain int, the cheapest read in a spin loop
-        self._ctr = [v[:256].cast("q") for v in views]
+        self._ctr = [v[:HEADER].cast("q") for v in views]
         self._mine = self._ctr[comm.rank]
         self._slots = [(np.frombuffer(v, dtype=np.uint8, count=SMALL, offset=HEADER),
                         np.frombuffer(v, dtype=np.uint8, count=SMALL, offset=HEADER + SMALL))
@@ -358,88 +359,98 @@ def bcast(a: Arena, buf: Array, root: int) -> None:
             a.read(root, 0, 0, buf)
         a.sync()
         return
-    _stream_bcast(a, buf.reshape(-1).view(np.uint8), root)
+    raw = buf.reshape(-1).view(np.uint8)
+    _stream(a, raw if r == root else None, [root], lambda j: raw)
 
 
-def _consumed(others: list[memoryview], n: int, stream: int) -> bool:
-    return all(c[29] >= n or c[31] == stream for c in others)
+CONSUMED = 64  # header word CONSUMED + j: pieces this rank has taken from rank j's stream
 
 
-def _refused(a: Arena, me: int, stream: int, nbytes: int) -> None:
-    bad = [i for i, c in enumerate(a.counters) if i != me and c[31] == stream]
-    if bad:
-        raise MismatchError(f"{a.what}: rank(s) {bad} expected a broadcast of another size "
-                            f"than the root's {nbytes} bytes")
+def _consumed(ctr: list[memoryview], me: int, n: int, stream: int) -> bool:
+    word = CONSUMED + me
+    return all(c[word] >= n or c[31] == stream for i, c in enumerate(ctr) if i != me)
+
+
+def _behind(ctr: list[memoryview], ranks: tuple[int, ...], me: int, n: int) -> list[int]:
+    word = CONSUMED + me
+    return [ranks[i] for i, c in enumerate(ctr) if i != me and c[word] < n]
 
 
 def _produced(src: memoryview, n: int) -> bool:
     return bool(src[28] >= n)
 
 
-def _behind(ctr: list[memoryview], ranks: tuple[int, ...], me: int, n: int) -> list[int]:
-    return [ranks[i] for i, c in enumerate(ctr) if i != me and c[29] < n]
+def _refused(a: Arena, me: int, stream: int, nbytes: int) -> None:
+    bad = [i for i, c in enumerate(a.counters) if i != me and c[31] == stream]
+    if bad:
+        raise MismatchError(f"{a.what}: rank(s) {bad} expected another size than this rank's "
+                            f"{nbytes} bytes")
 
 
-def _stream_bcast(a: Arena, raw: Array, root: int) -> None:
-    """Broadcast ``raw`` (bytes) in pieces through a ring of slots in the root's area 0.
+def _stream(a: Arena, produce: Array | None, producers: Sequence[int],
+            into: Callable[[int], Array]) -> None:
+    """Move byte streams of one length from ``producers`` to every other rank, piece by piece.
 
-    The root copies piece i into slot i mod NSLOTS and bumps its produced counter; each other
-    rank copies a piece out as soon as it is there and bumps its consumed counter; the root
-    reuses a slot once every rank has consumed the piece that last used it. Both copies run at
-    once on different cores, a piece (in cache) apart: about one copy's time in all. Counters
-    run on across calls (every rank counts the same pieces), and the root waits for every rank
-    to finish before returning, so the next collective may write its window again.
+    Each producer copies piece i of ``produce`` into slot i mod NSLOTS of a ring in its area 0
+    and bumps its produced counter; every other rank copies the piece into ``into(producer)``
+    as soon as it is there and bumps its consumed counter for that producer; a producer reuses
+    a slot once everyone has taken the piece that used it before. Producer and consumers copy at
+    once on different cores, a piece (in cache) apart: about one copy's time in all, where the
+    windows' copy-in, sync, copy-out took two. Piece numbers run on across calls (every rank
+    counts the same pieces); a producer returns only once everyone has taken all its pieces, so
+    the next collective may write its window.
+
+    Raises:
+        MismatchError: ranks disagree on the length (raised on every rank).
     """
-    r, p = a.comm.rank, a.comm.size
-    pieces = max(1, -(-raw.size // PIECE))
-    base = a.pieces
-    a.pieces += pieces
+    r = a.comm.rank
     ctr = a.counters
     mine = ctr[r]
+    nbytes = produce.size if produce is not None else into(producers[0]).size
+    pieces = max(1, -(-nbytes // PIECE))
+    base = a.pieces
+    a.pieces += pieces
     nslots = a.chunk // PIECE
     ranks = a.comm.world_ranks
-    if r == root:
-        a.place(0, raw)
-        mine[30] = raw.size
-        area = a.area(root, 0, raw.dtype, a.chunk)
-        others = [c for i, c in enumerate(ctr) if i != r]
-        for i in range(pieces):
-            g = base + i
-            need = g - nslots + 1
-            if need > 0 and any(c[29] < need for c in others):
-                a.wait_for(partial(_consumed, others, need, base + 1),
-                           partial(_behind, ctr, ranks, r, need), "a free slot")
-                _refused(a, r, base + 1, raw.size)
-            lo = i * PIECE
-            at = (g % nslots) * PIECE
-            n = min(PIECE, raw.size - lo)
-            np.copyto(area[at : at + n], raw[lo : lo + n])
-            mine[28] = g + 1
-            a.comm.wake_peers()
-        mine[29] = base + pieces
-        end = base + pieces
-        if any(c[29] < end for c in others):
-            a.wait_for(partial(_consumed, others, end, base + 1),
-                       partial(_behind, ctr, ranks, r, end), "every rank to take the broadcast")
-        _refused(a, r, base + 1, raw.size)
-        return
-    src = ctr[root]
+    stream = base + 1
+    area: Array | None = None
+    if produce is not None:
+        a.place(0, produce)
+        mine[30] = nbytes
+        area = a.area(r, 0, produce.dtype, a.chunk)
+    sources = [j for j in producers if j != r]
     for i in range(pieces):
         g = base + i
-        if src[28] < g + 1:
-            a.wait_for(partial(_produced, src, g + 1), partial(list, (ranks[root],)),
-                       f"piece {i} of {pieces} from the root")
-        if i == 0 and src[30] != raw.size:
-            mine[31] = base + 1  # tells the root, which would otherwise wait for us forever
-            a.comm.wake_peers()
-            raise MismatchError(f"{a.what}: the root broadcasts {src[30]} bytes, this rank "
-                                f"(rank {r} of {p}) expects {raw.size}")
         lo = i * PIECE
+        n = min(PIECE, nbytes - lo)
         at = (g % nslots) * PIECE
-        n = min(PIECE, raw.size - lo)
-        np.copyto(raw[lo : lo + n], a.area(root, 0, raw.dtype, a.chunk)[at : at + n])
-        mine[29] = g + 1
-        a.comm.wake_peers()
+        if area is not None and produce is not None:
+            if i >= nslots and not _consumed(ctr, r, g - nslots + 1, stream):
+                a.wait_for(partial(_consumed, ctr, r, g - nslots + 1, stream),
+                           partial(_behind, ctr, ranks, r, g - nslots + 1), "a free slot")
+                _refused(a, r, stream, nbytes)
+            np.copyto(area[at : at + n], produce[lo : lo + n])
+            mine[28] = g + 1
+            a.comm.wake_peers()
+        for j in sources:
+            src = ctr[j]
+            if src[28] < g + 1:
+                a.wait_for(partial(_produced, src, g + 1), partial(list, (ranks[j],)),
+                           f"piece {i} of {pieces} from rank {j}")
+            if i == 0 and src[30] != nbytes:
+                mine[31] = stream  # tell the producers, which would wait for us forever
+                a.comm.wake_peers()
+                raise MismatchError(f"{a.what}: rank {j} sends {src[30]} bytes, this rank "
+                                    f"(rank {r}) expects {nbytes}")
+            np.copyto(into(j)[lo : lo + n], a.area(j, 0, np.dtype(np.uint8), a.chunk)[at : at + n])
+            mine[CONSUMED + j] = g + 1
+            a.comm.wake_peers()
+    if produce is not None:
+        end = base + pieces
+        if not _consumed(ctr, r, end, stream):
+            a.wait_for(partial(_consumed, ctr, r, end, stream),
+                       partial(_behind, ctr, ranks, r, end), "every rank to take this one's data")
+        _refused(a, r, stream, nbytes)
 
 
 def allgather(a: Arena, send: Array, recv: Array) -> None:

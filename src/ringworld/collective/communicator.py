@@ -71,7 +71,8 @@ class Communicator(ObjectCollectives):
         self._check_open()
         # a barrier alone does not map the shared windows (start-up stays light); any other
         # collective does, once, on its first call
-        shm_ok = (blocking and self.transport == "shm" and self._shares_memory()
+        shm_ok = (blocking and self.transport == "shm" and self.size <= shm.MAX_RANKS
+                  and self._shares_memory()
                   and (self._arena is not None or collective != "barrier"
                        or algorithm == "shm"))
         name = self.selector.choose(collective, self.size, nbytes, self.transport, algorithm,
