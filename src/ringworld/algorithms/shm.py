@@ -69,7 +69,6 @@ PIECE = 1 << 18  # streamed broadcasts move pieces this large (they stay in cach
 DIRECT_MIN_ALLTOALL = 1 << 18
 SMALL = 16384
 CHUNK = 2 << 20
-COPY_CHUNK = CHUNK
 COLLECTIVES = ("barrier", "allreduce", "reduce", "bcast", "allgather", "reduce_scatter_block",
                "alltoall")
 
@@ -475,7 +474,7 @@ def allgather(a: Arena, send: Array, recv: Array) -> None:
                 a.read(i, 0, 0, recv[i * n : (i + 1) * n])
         a.sync()
         return
-    for k, (b0, m) in enumerate(_parts(n, min(a.chunk, COPY_CHUNK) // dt.itemsize)):
+    for k, (b0, m) in enumerate(_parts(n, a.chunk // dt.itemsize)):
         a.place(k % 2, send[b0:])
         np.copyto(a.area(r, k % 2, dt, m), send[b0 : b0 + m])
         if not np.shares_memory(send, recv):
@@ -538,7 +537,7 @@ def alltoall(a: Arena, send: Array, recv: Array) -> None:
                 a.read(i, 0, r * n * dt.itemsize, recv[i * n : (i + 1) * n])
         a.sync()
         return
-    for b0, m in _parts(n, min(a.chunk, COPY_CHUNK * p) // dt.itemsize // p):
+    for b0, m in _parts(n, a.chunk // dt.itemsize // p):
         a.place(0, send[b0:])
         mine = a.area(r, 0, dt, p * m)
         for j in range(p):
