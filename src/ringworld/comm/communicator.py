@@ -41,6 +41,7 @@ T = TypeVar("T")
 SHM_SPIN_POLLS = 2000      # flag checks before sleeping
 SHM_SPIN_POLLS_CROWDED = 32  # ... when ranks outnumber cores: the awaited rank needs ours
 SHM_SLEEP_SLICE = 0.0005   # longest sleep: bounds a wake-up lost between flag and sleep
+SHM_YIELDS = 200          # sched_yield calls between spinning and sleeping
 
 
 def send_view(buf: Any, name: str = "buf") -> memoryview:
@@ -323,11 +324,11 @@ class Communicator:
                     return
                 raise Timeout(f"{describe()}: not complete after {timeout:g} s "
                               f"(rank {self.rank} of {self.size} on {self.name})")
-            if sleeper is not None:
+            if sleeper is not None and polls >= spin + SHM_YIELDS:
                 sleeper.wait_event(SHM_SLEEP_SLICE, waiting)
                 engine.progress()
             else:
-                os.sched_yield()
+                os.sched_yield()  # a runnable rank on this core (maybe the awaited one) goes first
 
     def wake_peers(self) -> None:
         """Wake the ranks of this communicator that sleep in :meth:`spin_until`."""
