@@ -1,0 +1,93 @@
+"""The cost model, the algorithm choice and ``ringworld tune``."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ringworld.algorithms.registry import REGISTRY
+from ringworld.errors import ConfigError
+from ringworld.tuning import constants
+from ringworld.tuning.cost import SHM_MODELS, Constants, model, predict
+from ringworld.tuning.select import Selector
+
+
+def test_every_algorithm_with_a_model_predicts_a_finite_growing_time() -> None:
+    c = constants.DEFAULTS["shm"]
+    for coll, algos in REGISTRY.items():
+        for name in algos:
+            if model(coll, name) is None:
+                continue
+            for p in (2, 3, 8, 17):
+                small = predict(coll, name, p, 8, c, 1 << 20)
+                large = predict(coll, name, p, 64 << 20, c, 1 << 20)
+                assert 0 <= small < math.inf, (coll, name, p)
+                assert large >= small, (coll, name, p)
+
+
+def test_choice_follows_the_model() -> None:
+    s = Selector(constants.DEFAULTS)
+    # messages: few steps for tiny vectors, bandwidth-optimal schedules for large ones
+    assert s.choose("allreduce", 4, 8, "tcp") == "recursive_doubling"
+    assert s.choose("allreduce", 4, 64 << 20, "tcp") in ("ring", "rabenseifner")
+    assert s.choose("allreduce", 5, 64 << 20, "tcp") in ("ring", "rabenseifner")
+    # shared memory wins on one host when the call may use it
+    assert s.choose("allreduce", 2, 8, "shm", shm=True) == "shm"
+    assert s.choose("allreduce", 2, 8, "shm", shm=False) != "shm"
+    table = s.explain("allreduce", 4, 1 << 20, "tcp")
+    assert [t for _, t in table] == sorted(t for _, t in table)
+    assert {name for name, _ in table} == set(REGISTRY["allreduce"])
+
+
+def test_non_commutative_ops_never_get_out_of_order_algorithms() -> None:
+    s = Selector(constants.DEFAULTS)
+    for p in (2, 3, 4, 8):
+        for n in (8, 1 << 20, 64 << 20):
+            algo = s.choose("allreduce", p, n, "tcp", commutative=False)
+            assert not REGISTRY["allreduce"][algo].commutative_only, (p, n, algo)
+    with pytest.raises(ValueError, match="non-commutative"):
+        s.choose("allreduce", 4, 64, "tcp", "ring", commutative=False)
+
+
+def test_forced_choices_and_their_errors() -> None:
+    s = Selector(constants.DEFAULTS, (("allreduce", "ring"), ("bcast", "shm")))
+    assert s.choose("allreduce", 4, 8, "tcp") == "ring"
+    assert s.choose("allreduce", 4, 8, "tcp", commutative=False) != "ring"  # falls back
+    assert s.choose("bcast", 4, 8, "shm", shm=True) == "shm"
+    assert s.choose("bcast", 4, 8, "tcp") != "shm"  # impossible here: chosen freely
+    with pytest.raises(ConfigError, match="RINGWORLD_ALGORITHMS"):
+        Selector(constants.DEFAULTS, (("allreduce", "nonsense"),))
+    with pytest.raises(ValueError, match="shm"):
+        s.choose("allreduce", 4, 8, "tcp", "shm")
+    with pytest.raises(ValueError, match="not available"):
+        s.choose("scan", 4, 8, "shm", "shm", shm=True)
+    assert set(SHM_MODELS) <= set(REGISTRY)
+
+
+def test_constants_file_round_trip(tmp_path: Path) -> None:
+    path = tmp_path / "tuning.json"
+    path.write_text(json.dumps({"constants": {"tcp": {
+        "step": 1e-4, "message": 2e-5, "bandwidth": 1e9, "reduce_rate": 2e9, "copy_rate": 3e9}}}))
+    table = constants.load(str(path))
+    assert table["tcp"] == Constants(1e-4, 2e-5, 1e9, 2e9, 3e9)
+    assert table["shm"] == constants.DEFAULTS["shm"]
+    path.write_text("{}")
+    with pytest.raises(ConfigError, match="ringworld tune"):
+        constants.load(str(path))
+
+
+def test_ringworld_tune_measures_and_saves(tmp_path: Path) -> None:
+    out = tmp_path / "tune.json"
+    proc = subprocess.run([sys.executable, "-m", "ringworld", "tune", "--transport", "shm",
+                           "--save", str(out)], capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "step" in proc.stdout and "saved to" in proc.stdout
+    table = constants.load(str(out))
+    c = table["shm"]
+    assert 0 < c.step < 1 and 0 < c.sync < 1 and c.bandwidth > 1e7 and c.copy_rate > 1e7
