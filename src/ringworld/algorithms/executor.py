@@ -115,7 +115,14 @@ class CollectiveRequest(Request[T]):
     # ------------------------------------------------------------------ state machine
     def _view(self, buf: int) -> memoryview:
         a = self._arrays[buf]
-        v = self._bytes[buf] = a.view(np.uint8).data if a.size else _EMPTY
+        if not a.size:
+            v = _EMPTY
+        else:
+            try:
+                v = a.data.cast("B")  # the cheapest flat byte view (0.4 us against 1.2)
+            except (TypeError, ValueError, NotImplementedError):  # no buffer format (datetime64)
+                v = a.view(np.uint8).data
+        self._bytes[buf] = v
         return v
 
     def _start(self) -> None:
