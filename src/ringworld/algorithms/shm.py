@@ -25,10 +25,11 @@ follow the same pattern. Rules that keep back-to-back collectives safe without e
 area 0 is written only before a collective's first sync and read only before its last; area 1
 is written only after its first sync.
 
-Large copy-only transfers (bcast, allgather, alltoall blocks of at least DIRECT_MIN bytes) skip
-the windows when the kernel lets ranks read each other's memory (probed once, agreed by all):
-each rank publishes its buffer's address, and peers copy straight out of it (one copy instead
-of two), with a sync before anyone may touch its buffer again.
+Large copy-only transfers (alltoall blocks from DIRECT_MIN_ALLTOALL, bcast and allgather from
+DIRECT_MIN bytes) skip the windows when the kernel lets ranks read each other's memory (probed
+once, agreed by all): each rank publishes its buffer's address, and peers copy straight out of
+it (one copy instead of two), with a sync before anyone may touch its buffer again. Other
+broadcasts stream (see ``_stream``): the root fills a ring of pieces while the others empty it.
 
 Small messages (at most SMALL bytes per rank) take one sync: every rank writes its data into
 slot ``epoch % 2``, syncs, and reads what it needs from everyone's slot; a rank reusing a slot
@@ -69,8 +70,6 @@ PIECE = 1 << 18  # streamed broadcasts move pieces this large (they stay in cach
 DIRECT_MIN_ALLTOALL = 1 << 18
 SMALL = 16384
 CHUNK = 2 << 20
-COLLECTIVES = ("barrier", "allreduce", "reduce", "bcast", "allgather", "reduce_scatter_block",
-               "alltoall")
 
 
 class Arena:
