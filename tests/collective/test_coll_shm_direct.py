@@ -3,6 +3,7 @@ buffers), forced on small buffers by lowering its threshold in the forked ranks.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -67,3 +68,29 @@ def _bcast_mismatch(comm: ringworld.Communicator) -> str:
 def test_streamed_bcast_mismatch_fails_every_rank() -> None:
     results = run_processes(3, _bcast_mismatch, transport="shm", timeout=60)
     assert all("expect" in r for r in results), results
+
+
+def _leaves_early(comm: ringworld.Communicator, collective: str) -> str:
+    warm = np.ones(1000)
+    comm.allreduce(warm.copy(), warm)  # maps the shared windows
+    if comm.rank == 1:
+        return "left"  # exits without joining the next collective
+    t = time.monotonic()
+    try:
+        if collective == "allreduce":
+            comm.allreduce(np.ones(300_000), np.empty(300_000), algorithm="shm")
+        else:
+            comm.bcast(np.ones(300_000), 1, algorithm="shm")
+    except ringworld.PeerFailure as exc:
+        return f"{time.monotonic() - t:.1f}s {exc}"
+    return "no error"
+
+
+@pytest.mark.parametrize("collective", ["allreduce", "bcast"])
+def test_a_rank_that_leaves_fails_the_shared_memory_collective(collective: str) -> None:
+    results = run_processes(3, _leaves_early, collective, transport="shm", timeout=60)
+    assert results[1] == "left"
+    for r in (0, 2):
+        seconds, _, message = results[r].partition(" ")
+        assert "rank 1" in message and collective in message, results[r]
+        assert float(seconds.rstrip("s")) < 5, results[r]
