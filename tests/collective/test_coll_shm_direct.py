@@ -1,5 +1,7 @@
-"""The shared-memory collectives' direct-read path (peers copy straight out of each other's
-buffers), forced on small buffers by lowering its threshold in the forked ranks."""
+"""Paths of the shared-memory collectives the broad matrix does not reach: direct reads (peers
+copy straight out of each other's buffers, forced on small buffers by lowering the threshold in
+the forked ranks), a streamed broadcast whose ranks disagree on the size, and a rank that leaves
+while the others wait on a shared-memory sync."""
 
 from __future__ import annotations
 
