@@ -261,6 +261,24 @@ def _addr(a: Array) -> int:
     return addr
 
 
+def _combine_in_rank_order(op: Op, dst: Array, ins: Sequence[Array]) -> None:
+    """``dst = ins[0] op ins[1] op ...`` (at least two inputs), in place, in rank order."""
+    op.combine_into(dst, ins[0], ins[1])
+    for x in ins[2:]:
+        op.reduce_into(dst, x, src_left=False)
+
+
+def _publish_blocks(a: Arena, send: Array, n: int, b0: int, m: int) -> None:
+    """Copy elements [b0, b0 + m) of every other rank's block (``n`` each) of ``send`` into
+    this rank's area 0, block j at j * m, for rank j to take after the next sync."""
+    r = a.comm.rank
+    a.place(0, send[b0:])
+    mine = a.area(r, 0, send.dtype, a.comm.size * m)
+    for j in range(a.comm.size):
+        if j != r:
+            np.copyto(mine[j * m : (j + 1) * m], send[j * n + b0 : j * n + b0 + m])
+
+
 def _parts(n: int, chunk_elems: int) -> list[tuple[int, int]]:
     step = max(1, chunk_elems)
     return [(s, min(step, n - s)) for s in range(0, n, step)] or [(0, 0)]
@@ -279,9 +297,7 @@ def allreduce(a: Arena, send: Array, recv: Array, op: Op) -> None:
         slot = a.slots(a.next_parity(), dt, recv.size)
         np.copyto(slot[r], send)
         a.sync()
-        op.combine_into(recv, slot[0], slot[1])
-        for i in range(2, p):
-            op.reduce_into(recv, slot[i], src_left=False)
+        _combine_in_rank_order(op, recv, slot)
         return
     inplace = np.shares_memory(send, recv)
     for c0, m in _parts(recv.size, a.chunk // dt.itemsize):
@@ -300,9 +316,7 @@ def allreduce(a: Arena, send: Array, recv: Array, op: Op) -> None:
         if not inplace:
             ins[r] = src[s0 : s0 + sl]
         dst = recv[c0 + s0 : c0 + s0 + sl]
-        op.combine_into(dst, ins[0], ins[1])
-        for i in range(2, p):
-            op.reduce_into(dst, ins[i], src_left=False)
+        _combine_in_rank_order(op, dst, ins)
         a.place(1, recv[c0:])
         np.copyto(a.area(r, 1, dt, m)[s0 : s0 + sl], dst)
         a.sync()
@@ -326,9 +340,7 @@ def reduce(a: Arena, send: Array, recv: Array, op: Op, root: int) -> None:
         if r != root:
             a.place(1, send[c0:])
         dst = (recv[c0 + s0 : c0 + s0 + sl] if r == root else a.area(r, 1, dt, m)[s0 : s0 + sl])
-        op.combine_into(dst, ins[0], ins[1])
-        for i in range(2, p):
-            op.reduce_into(dst, ins[i], src_left=False)
+        _combine_in_rank_order(op, dst, ins)
         a.sync()
         if r == root:
             for i in range(p):
@@ -495,23 +507,15 @@ def reduce_scatter_block(a: Arena, send: Array, recv: Array, op: Op) -> None:
         np.copyto(slot[r], send)
         a.sync()
         own = slice(r * n, (r + 1) * n)
-        op.combine_into(recv, slot[0][own], slot[1][own])
-        for i in range(2, p):
-            op.reduce_into(recv, slot[i][own], src_left=False)
+        _combine_in_rank_order(op, recv, [s[own] for s in slot])
         return
     for b0, m in _parts(n, a.chunk // dt.itemsize // p):
-        a.place(0, send[b0:])
-        mine = a.area(r, 0, dt, p * m)
-        for j in range(p):
-            if j != r:
-                np.copyto(mine[j * m : (j + 1) * m], send[j * n + b0 : j * n + b0 + m])
+        _publish_blocks(a, send, n, b0, m)
         a.sync()
         ins = [send[r * n + b0 : r * n + b0 + m] if i == r
                else a.area(i, 0, dt, p * m)[r * m : (r + 1) * m] for i in range(p)]
         dst = recv[b0 : b0 + m]
-        op.combine_into(dst, ins[0], ins[1])
-        for i in range(2, p):
-            op.reduce_into(dst, ins[i], src_left=False)
+        _combine_in_rank_order(op, dst, ins)
         a.sync()
 
 
@@ -537,11 +541,7 @@ def alltoall(a: Arena, send: Array, recv: Array) -> None:
         a.sync()
         return
     for b0, m in _parts(n, a.chunk // dt.itemsize // p):
-        a.place(0, send[b0:])
-        mine = a.area(r, 0, dt, p * m)
-        for j in range(p):
-            if j != r:
-                np.copyto(mine[j * m : (j + 1) * m], send[j * n + b0 : j * n + b0 + m])
+        _publish_blocks(a, send, n, b0, m)
         np.copyto(recv[r * n + b0 : r * n + b0 + m], send[r * n + b0 : r * n + b0 + m])
         a.sync()
         for i in range(p):
