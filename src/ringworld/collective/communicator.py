@@ -59,7 +59,6 @@ class Communicator(ObjectCollectives):
         self.last_algorithm = ""
         self._scratch: executor.Scratch | None = None  # made on first use (imports numpy)
         self._freed = False
-        self._can_share: bool | None = None
         self._arena: shm.Arena | None = None
         self._small_plans: dict[tuple[Any, ...], tuple[Op, tuple[Any, ...], bool]] = {}
         self._ndarray: Any = None  # numpy's ndarray, once the arena has loaded numpy
@@ -72,7 +71,7 @@ class Communicator(ObjectCollectives):
         # a barrier alone does not map the shared windows (start-up stays light); any other
         # collective does, once, on its first call
         shm_ok = (blocking and self.transport == "shm" and self.size <= shm.MAX_RANKS
-                  and self._shares_memory()
+                  and self.supports_shared_memory
                   and (self._arena is not None or collective != "barrier"
                        or algorithm == "shm"))
         name = self.selector.choose(collective, self.size, nbytes, self.transport, algorithm,
@@ -80,11 +79,6 @@ class Communicator(ObjectCollectives):
                                     shm=shm_ok)
         self.last_algorithm = name
         return name
-
-    def _shares_memory(self) -> bool:
-        if self._can_share is None:
-            self._can_share = self.supports_shared_memory
-        return self._can_share
 
     def _shm(self, what: str, timeout: float | None, nbytes: int = 0,
              kind: tuple[Any, ...] = ()) -> shm.Arena:

@@ -113,6 +113,8 @@ class Communicator:
         self.name = name or f"comm{context // 2}"
         self._coll_seq = 0
         self._wake: list[tuple[Callable[[int], None], int]] | None = None
+        self._wt: Transport | None = None
+        self._wt_known = False
 
     def __repr__(self) -> str:
         return f"<Communicator {self.name} rank {self.rank} of {self.size}>"
@@ -210,12 +212,15 @@ class Communicator:
 
     # ------------------------------------------------- shared memory between the ranks
     def _window_transport(self) -> Transport | None:
-        route = self._engine.route
-        ts = {route[w] for w in self._ranks if w != self._engine.rank}
-        if len(ts) != 1:
-            return None
-        t = next(iter(ts))
-        return t if t is not None and t.supports_shared_windows else None
+        """The one transport reaching every other rank, if it maps shared windows (cached:
+        the routes are fixed from init to close, and callers include per-call paths)."""
+        if not self._wt_known:
+            route = self._engine.route
+            ts = {route[w] for w in self._ranks if w != self._engine.rank}
+            t = next(iter(ts)) if len(ts) == 1 else None
+            self._wt = t if t is not None and t.supports_shared_windows else None
+            self._wt_known = True
+        return self._wt
 
     @property
     def supports_shared_memory(self) -> bool:
@@ -296,7 +301,7 @@ class Communicator:
         next_check = 0.0
         transports = engine.transports
         sleeper = transports[0] if len(transports) == 1 else None
-        spin = SHM_SPIN_POLLS if engine.spin_polls >= SHM_SPIN_POLLS else SHM_SPIN_POLLS_CROWDED
+        spin = SHM_SPIN_POLLS_CROWDED if engine.crowded else SHM_SPIN_POLLS
 
         def waiting() -> bool:
             return not cond()

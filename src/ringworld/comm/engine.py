@@ -64,7 +64,8 @@ class Engine:
         except (AttributeError, OSError):
             cpus = os.cpu_count() or 1
         # ranks outnumbering cores: a long spin keeps the awaited rank off the CPU
-        self.spin_polls = SPIN_POLLS if size <= cpus else SPIN_POLLS_CROWDED
+        self.crowded = size > cpus
+        self.spin_polls = SPIN_POLLS_CROWDED if self.crowded else SPIN_POLLS
 
     # ------------------------------------------------------------------ contexts
     def new_context(self) -> int:
