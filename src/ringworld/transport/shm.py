@@ -43,7 +43,7 @@ import sys
 from collections import deque
 from collections.abc import Callable, Sequence
 
-from ringworld.errors import BootstrapError, PeerFailure, TransportError
+from ringworld.errors import BootstrapError, PeerFailure, RingworldError, TransportError
 from ringworld.store.base import Store, store_barrier
 from ringworld.transport.base import (
     DONE,
@@ -402,17 +402,8 @@ class ShmTransport(Transport):
 
     def _attach(self, r: int, pid: int, path: str) -> None:
         total = self._ctl_bytes + self.size * self.ring_bytes
-        try:
-            fd = os.open(path, os.O_RDWR)
-        except OSError as exc:
-            raise BootstrapError(f"cannot open rank {r}'s shared-memory segment {path}") from exc
-        try:
-            if os.fstat(fd).st_size != total:
-                raise BootstrapError(f"rank {r}'s segment {path} has the wrong size")
-            mm = mmap.mmap(fd, total)
-        finally:
-            os.close(fd)
-        self._mms.append(mm)
+        mm = self._map_peer_file(path, total, f"rank {r}'s shared-memory segment",
+                                 BootstrapError)
         assert self._my_mm is not None
         p = _Peer(r)
         p.pid = pid
@@ -449,6 +440,22 @@ class ShmTransport(Transport):
         self._peers[r] = p
         self._active.append(p)
 
+    def _map_peer_file(self, path: str, nbytes: int, what: str,
+                       error: type[RingworldError]) -> mmap.mmap:
+        """Map a peer's file of exactly ``nbytes`` (kept until close); ``error`` if not."""
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except OSError as exc:
+            raise error(f"cannot open {what} {path}") from exc
+        try:
+            if os.fstat(fd).st_size != nbytes:
+                raise error(f"{what} {path} has the wrong size")
+            mm = mmap.mmap(fd, nbytes)
+        finally:
+            os.close(fd)
+        self._mms.append(mm)
+        return mm
+
     def _unlink(self) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.inbox_path)
@@ -484,17 +491,7 @@ class ShmTransport(Transport):
 
     def window_attach(self, rank: int, key: str, nbytes: int) -> memoryview:
         path = self._window_path(rank, key)
-        try:
-            fd = os.open(path, os.O_RDWR)
-        except OSError as exc:
-            raise TransportError(f"cannot open rank {rank}'s shared window {path}") from exc
-        try:
-            if os.fstat(fd).st_size != nbytes:
-                raise TransportError(f"rank {rank}'s shared window {path} has the wrong size")
-            mm = mmap.mmap(fd, nbytes)
-        finally:
-            os.close(fd)
-        self._mms.append(mm)
+        mm = self._map_peer_file(path, nbytes, f"rank {rank}'s shared window", TransportError)
         self._windows.setdefault(key, []).append(mm)
         return memoryview(mm)
 
