@@ -43,6 +43,7 @@ class Config:
     eager_bytes: int = 131072
     algorithms: tuple[tuple[str, str], ...] = ()
     tuning_file: str | None = None
+    trace: str | None = None
 
     @property
     def launched(self) -> bool:
@@ -135,6 +136,7 @@ def from_env(env: Mapping[str, str] | None = None) -> Config:
         eager_bytes=eager,
         algorithms=algorithms,
         tuning_file=e.get("RINGWORLD_TUNING_FILE") or None,
+        trace=e.get("RINGWORLD_TRACE") or None,
     )
 
 

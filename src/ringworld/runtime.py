@@ -25,6 +25,7 @@ _world: Communicator | None = None
 _engine: Engine | None = None
 _store: Store | None = None
 _finalized = False
+_trace_solo = False  # tracing a singleton (not launched): finalize writes the trace itself
 BOOTSTRAP_TIMEOUT = 60.0
 
 
@@ -101,8 +102,24 @@ def init(*, transport: str | None = None, timeout: float | None = None) -> Commu
         _store = store
         selector = Selector(constants.load(cfg.tuning_file), cfg.algorithms)
         _world = Communicator(engine, range(cfg.size), WORLD_CONTEXT, "world", selector, kind)
+        if cfg.trace:
+            _start_trace(cfg)
         atexit.register(finalize)
         return _world
+
+
+def _start_trace(cfg: _config.Config) -> None:
+    """Record this rank's calls (RINGWORLD_TRACE); a bad path is a ConfigError now."""
+    global _trace_solo
+    from ringworld.trace import recorder
+
+    assert cfg.trace is not None
+    try:
+        recorder.enable(cfg.trace, cfg.rank)
+    except OSError as exc:
+        raise ConfigError(f"RINGWORLD_TRACE={cfg.trace!r}: cannot write the trace: {exc}") \
+            from exc
+    _trace_solo = not cfg.launched
 
 
 def world() -> Communicator:
@@ -128,9 +145,28 @@ def finalize() -> None:
     """
     global _world, _engine, _store, _finalized
     with _lock:
+        if _world is not None:
+            _stop_trace()
         if _engine is not None:
             _engine.close()
         if _store is not None:
             _store.close()
         _world = _engine = _store = None
         _finalized = True
+
+
+def _stop_trace() -> None:
+    """Flush this rank's trace part; a singleton also writes the merged trace file."""
+    import sys
+
+    recorder = sys.modules.get("ringworld.trace.recorder")
+    if recorder is None:
+        return
+    rec = recorder.recorder()
+    if rec is None:
+        return
+    recorder.disable()
+    if _trace_solo:
+        from ringworld.trace import merge
+
+        merge.merge(rec.path)

@@ -154,6 +154,11 @@ def _add_run_parser(subparsers: Any) -> None:
     p.add_argument("--bind", default=None, metavar="ADDR",
                    help="address the job store (and TCP transport) listens on "
                         "(default: 127.0.0.1)")
+    p.add_argument("--trace", action="store_true",
+                   help="record every rank's calls into one Chrome/Perfetto trace "
+                        "(default file: $RINGWORLD_TRACE, else ringworld-trace.json)")
+    p.add_argument("--trace-file", default=None, metavar="FILE",
+                   help="trace into FILE (implies --trace; open it in ui.perfetto.dev)")
     p.add_argument("--grace", type=_seconds(True), default=1.0, metavar="SECONDS",
                    help="when stopping ranks, wait this long after SIGTERM/SIGINT before "
                         "SIGKILL (default: 1)")
@@ -247,6 +252,7 @@ def run_command(args: argparse.Namespace) -> int:
     base.setdefault("PYTHONUNBUFFERED", "1")
     if args.bind is not None:
         base["RINGWORLD_BIND"] = args.bind
+    trace = _trace_path(args, base)
     with contextlib.ExitStack() as stack:  # unwinds: ranks killed, shm cleaned, store closed
         try:
             store = stack.enter_context(JobStore(secret, bind))
@@ -275,7 +281,42 @@ def run_command(args: argparse.Namespace) -> int:
     if report:
         sys.stderr.write(report)
         sys.stderr.flush()
+    if trace is not None:
+        _write_trace(trace)
     return job_exit_code(result)
+
+
+def _trace_path(args: argparse.Namespace, env: dict[str, str]) -> str | None:
+    """The trace file of this job (absolute, set in ``env`` for the ranks), or None.
+
+    Parts left by an earlier job with the same file are removed so they are not merged.
+    """
+    path = args.trace_file or env.get("RINGWORLD_TRACE") or None
+    if path is None and args.trace:
+        path = "ringworld-trace.json"
+    if path is None:
+        return None
+    from ringworld.trace.merge import parts
+
+    path = os.path.abspath(path)
+    env["RINGWORLD_TRACE"] = path
+    for stale in parts(path):
+        with contextlib.suppress(OSError):
+            os.unlink(stale)
+    return path
+
+
+def _write_trace(path: str) -> None:
+    """Merge the ranks' parts into ``path`` and say where it is (or why it is not)."""
+    from ringworld.trace.merge import merge
+
+    try:
+        ranks, events = merge(path)
+    except (OSError, ValueError) as exc:
+        print(f"ringworld: no trace written to {path}: {exc}", file=sys.stderr)
+        return
+    print(f"ringworld: trace of {ranks} ranks ({events} events) written to {path}; "
+          "open it in https://ui.perfetto.dev", file=sys.stderr)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
