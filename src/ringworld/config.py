@@ -44,6 +44,7 @@ class Config:
     algorithms: tuple[tuple[str, str], ...] = ()
     tuning_file: str | None = None
     trace: str | None = None
+    liveness_timeout: float = 20.0
 
     @property
     def launched(self) -> bool:
@@ -108,6 +109,15 @@ def from_env(env: Mapping[str, str] | None = None) -> Config:
             raise ConfigError(f"RINGWORLD_TIMEOUT={timeout_raw!r} is not a number") from None
         if timeout <= 0:
             raise ConfigError(f"RINGWORLD_TIMEOUT={timeout_raw!r} must be positive")
+    liveness_raw = e.get("RINGWORLD_LIVENESS_TIMEOUT") or "20"
+    try:
+        liveness = float(liveness_raw)
+    except ValueError:
+        raise ConfigError(f"RINGWORLD_LIVENESS_TIMEOUT={liveness_raw!r} is not a number of "
+                          "seconds") from None
+    if not liveness >= 0 or liveness == float("inf"):
+        raise ConfigError(f"RINGWORLD_LIVENESS_TIMEOUT={liveness_raw!r} must be a finite "
+                          "number of seconds, or 0 to turn heartbeats off")
     store_addr = e.get("RINGWORLD_STORE") or None
     if size > 1 and store_addr is None:
         raise ConfigError(
@@ -137,6 +147,7 @@ def from_env(env: Mapping[str, str] | None = None) -> Config:
         algorithms=algorithms,
         tuning_file=e.get("RINGWORLD_TUNING_FILE") or None,
         trace=e.get("RINGWORLD_TRACE") or None,
+        liveness_timeout=liveness,
     )
 
 

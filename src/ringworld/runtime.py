@@ -14,6 +14,7 @@ import threading
 from ringworld import config as _config
 from ringworld.collective.communicator import Communicator
 from ringworld.comm.engine import WORLD_CONTEXT, Engine
+from ringworld.comm.monitor import Monitor
 from ringworld.errors import BootstrapError, ConfigError, RingworldError
 from ringworld.store.base import Store
 from ringworld.transport.base import Transport
@@ -24,6 +25,7 @@ _lock = threading.Lock()
 _world: Communicator | None = None
 _engine: Engine | None = None
 _store: Store | None = None
+_monitor: Monitor | None = None
 _finalized = False
 _trace_solo = False  # tracing a singleton (not launched): finalize writes the trace itself
 BOOTSTRAP_TIMEOUT = 60.0
@@ -98,6 +100,8 @@ def init(*, transport: str | None = None, timeout: float | None = None) -> Commu
                 if r != cfg.rank:
                     route[r] = t
         engine = Engine(cfg.rank, cfg.size, route, timeout if timeout is not None else cfg.timeout)
+        if store is not None and cfg.liveness_timeout > 0:
+            _start_monitor(engine, cfg)
         _engine = engine
         _store = store
         selector = Selector(constants.load(cfg.tuning_file), cfg.algorithms)
@@ -106,6 +110,19 @@ def init(*, transport: str | None = None, timeout: float | None = None) -> Commu
             _start_trace(cfg)
         atexit.register(finalize)
         return _world
+
+
+def _start_monitor(engine: Engine, cfg: _config.Config) -> None:
+    """Heartbeats on a store connection of their own (RINGWORLD_LIVENESS_TIMEOUT, 0: off)."""
+    global _monitor
+    monitor = Monitor(engine, lambda: _connect_store(cfg), cfg.liveness_timeout)
+    try:
+        monitor.start()
+    except RingworldError:
+        engine.close()
+        raise
+    engine.explain = monitor.explain
+    _monitor = monitor
 
 
 def _start_trace(cfg: _config.Config) -> None:
@@ -143,10 +160,13 @@ def finalize() -> None:
     Messages this rank sent eagerly stay readable by their receivers after it exits; a rank
     that still waits for this one gets a PeerFailure instead of hanging.
     """
-    global _world, _engine, _store, _finalized
+    global _world, _engine, _store, _finalized, _monitor
     with _lock:
         if _world is not None:
             _stop_trace()
+        if _monitor is not None:
+            _monitor.stop(exiting=True)
+            _monitor = None
         if _engine is not None:
             _engine.close()
         if _store is not None:

@@ -306,4 +306,6 @@ class CollectiveRequest(Request[T]):
         need = {getattr(r, "source", getattr(r, "_dest", -1)) for r in self._pending
                 if not r.done}
         hit = [w for w in need if w in dead]
+        if not hit and self._engine.unresponsive:  # a member hangs: the collective never ends
+            hit = [w for w in self._comm.world_ranks if w in self._engine.unresponsive]
         return min(hit) if hit else None

@@ -96,7 +96,7 @@ class Arena:
                         np.frombuffer(v, dtype=np.uint8, count=span, offset=base + span))
                        for v in views]
         self._epoch = 0
-        self._what = ("", "")
+        self._what = ("", "", 0)
         self.timeout: float | None = None
         self._sig: tuple[int, int, str] | None = None
         self._crc: dict[tuple[Any, ...], tuple[int, str]] = {}
@@ -148,13 +148,14 @@ class Arena:
     @property
     def what(self) -> str:
         """The collective in progress, for messages."""
-        return f"{self._what[0]} (shm) on {self._what[1]}"
+        return f"{self._what[0]} (shm) #{self._what[2]} on {self._what[1]}"
 
     def begin(self, what: str, timeout: float | None, nbytes: int,
-              kind: tuple[Any, ...]) -> None:
-        """Start a collective: name it for errors and check at the next sync that every rank
-        called it with the same size and ``kind`` (dtype, op, root: what must agree)."""
-        self._what = (what, self.comm.name)
+              kind: tuple[Any, ...], seq: int = 0) -> None:
+        """Start collective number ``seq``: name it for errors and check at the next sync that
+        every rank called it with the same size and ``kind`` (dtype, op, root: what must
+        agree)."""
+        self._what = (what, self.comm.name, seq)
         self.timeout = timeout
         key = (what, *kind)
         found = self._crc.get(key)

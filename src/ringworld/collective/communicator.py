@@ -87,7 +87,7 @@ class Communicator(ObjectCollectives):
         ``nbytes`` and ``kind`` (dtype, op, root...) are checked against every rank's at the
         first sync: a disagreement raises MismatchError on every rank instead of corrupting.
         """
-        self.next_seq()  # shared-memory collectives send no messages but keep tags in step
+        seq = self.next_seq()  # shared-memory collectives send no messages but keep tags in step
         if self._arena is None:
             try:
                 self._arena = shm.Arena(self, lambda: self.barrier(algorithm="dissemination",
@@ -98,7 +98,7 @@ class Communicator(ObjectCollectives):
             self.last_algorithm = "shm"  # not the barriers that set the windows up
             self._ndarray = np.ndarray
         a = self._arena
-        a.begin(what, timeout, nbytes, kind)
+        a.begin(what, timeout, nbytes, kind, seq)
         return a
 
     def _go(self, collective: str, algo: str, spec: Spec, arrays: Sequence[Array],

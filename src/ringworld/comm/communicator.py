@@ -34,7 +34,7 @@ from ringworld.comm.requests import (
     _new_status,
     wait_all,
 )
-from ringworld.errors import PeerFailure, Timeout, TransportError
+from ringworld.errors import PeerFailure, TransportError
 from ringworld.transport.base import Transport
 
 T = TypeVar("T")
@@ -293,19 +293,29 @@ class Communicator:
             Timeout: not true within ``timeout`` (default: the job's); names what was awaited.
             PeerFailure: an awaited rank has exited.
         """
+        if cond():
+            return
         engine = self._engine
-        if timeout is None:
-            timeout = engine.timeout
+        try:
+            self._spin_loop(cond, engine.timeout if timeout is None else timeout, describe,
+                            waiting_for)
+        finally:
+            engine.waiting = None  # set once the wait got long (for the monitor)
+
+    def _spin_loop(self, cond: Callable[[], bool], timeout: float | None,
+                   describe: Callable[[], str], waiting_for: Callable[[], Collection[int]]
+                   ) -> None:
+        engine = self._engine
+
+        def waiting() -> bool:
+            return not cond()
+
         polls = 0
         deadline = None
         next_check = 0.0
         transports = engine.transports
         sleeper = transports[0] if len(transports) == 1 else None
         spin = SHM_SPIN_POLLS_CROWDED if engine.crowded else SHM_SPIN_POLLS
-
-        def waiting() -> bool:
-            return not cond()
-
         while not cond():
             polls += 1
             if polls & 15 == 0:
@@ -316,6 +326,8 @@ class Communicator:
             if deadline is None:
                 deadline = math.inf if timeout is None else now + timeout
                 next_check = now + CHECK_PEERS_EVERY
+                engine.waiting = describe
+                engine.waiting_since = time.time()
             if now >= next_check:
                 next_check = now + CHECK_PEERS_EVERY
                 engine.check_peers()
@@ -327,8 +339,9 @@ class Communicator:
             if now >= deadline:
                 if cond():
                     return
-                raise Timeout(f"{describe()}: not complete after {timeout:g} s "
-                              f"(rank {self.rank} of {self.size} on {self.name})")
+                assert timeout is not None
+                raise engine.timeout_error(describe(), timeout,
+                                           f"rank {self.rank} of {self.size} on {self.name}")
             if sleeper is not None and polls >= spin + SHM_YIELDS:
                 sleeper.wait_event(SHM_SLEEP_SLICE, waiting)
                 engine.progress()
@@ -350,6 +363,9 @@ class Communicator:
         """The sequence number (tag) of this rank's next collective on this communicator."""
         seq = self._coll_seq
         self._coll_seq = (seq + 1) & TAG_UB
+        e = self._engine
+        e.entered[self.coll_context] = seq  # for the monitor: who entered which collective
+        e.current = (self.coll_context, seq, self.name, self._ranks)
         return seq
 
     # ------------------------------------------------------------------ buffers

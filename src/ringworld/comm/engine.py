@@ -66,6 +66,15 @@ class Engine:
         # ranks outnumbering cores: a long spin keeps the awaited rank off the CPU
         self.crowded = size > cpus
         self.spin_polls = SPIN_POLLS_CROWDED if self.crowded else SPIN_POLLS
+        # for the monitor (heartbeats) and timeout diagnosis: set cheaply on the hot path,
+        # read from the monitor thread
+        self.entered: dict[int, int] = {}  # collective context -> last sequence entered
+        self.current: tuple[int, int, str, tuple[int, ...]] | None = None  # that collective
+        self.waiting: Callable[[], str] | None = None  # what a blocking wait waits for
+        self.waiting_since = 0.0  # when it started (wall clock)
+        self.remote_failures: list[PeerFailure] = []  # found by the monitor (another thread)
+        self.unresponsive: set[int] = set()  # world ranks those name: alive but not responding
+        self.explain: Callable[[str], str] | None = None  # the monitor's job-wide diagnosis
 
     # ------------------------------------------------------------------ contexts
     def new_context(self) -> int:
@@ -230,7 +239,12 @@ class Engine:
         return None
 
     def check_peers(self) -> None:
-        """Record peers that have exited (after draining what they sent before they died)."""
+        """Record peers that have exited (after draining what they sent before they died), and
+        those the monitor found not responding."""
+        while self.remote_failures:
+            exc = self.remote_failures.pop()
+            self.unresponsive.add(exc.rank)
+            self._peer_failed(exc)
         for t in self.transports:
             while True:
                 try:
@@ -266,7 +280,6 @@ class Engine:
         elif timeout < 0:
             raise ValueError(f"timeout={timeout} must be >= 0 or None")
         progress = self.progress
-        spin = self.spin_polls
         for _ in range(FAST_POLLS):  # the common case: done within a few polls, no clock reads
             if progress() and self.dead and not cond():
                 self._raise_if_needed(depends, describe)
@@ -275,6 +288,30 @@ class Engine:
         now = time.monotonic()
         deadline = None if timeout is None else now + timeout
         next_check = now + CHECK_PEERS_EVERY
+        self.waiting = describe
+        self.waiting_since = time.time()
+        try:
+            self._wait_loop(cond, timeout, deadline, next_check, describe, depends)
+        finally:
+            self.waiting = None
+
+    def timeout_error(self, what: str, timeout: float, where: str) -> Timeout:
+        """The Timeout for ``what`` after ``timeout`` s, with the monitor's job-wide diagnosis."""
+        text = f"{what}: not complete after {timeout:g} s ({where})"
+        if self.explain is not None:
+            try:
+                extra = self.explain(what)
+            except Exception as exc:  # diagnosis must never hide the timeout itself
+                extra = f"(no job state: {type(exc).__name__}: {exc})"
+            if extra:
+                text += "\n" + extra
+        return Timeout(text)
+
+    def _wait_loop(self, cond: Callable[[], bool], timeout: float | None,
+                   deadline: float | None, next_check: float, describe: Callable[[], str],
+                   depends: Callable[[Collection[int]], int | None] | None) -> None:
+        progress = self.progress
+        spin = self.spin_polls
         polls = 0
         transports = self.transports
         while True:
@@ -292,8 +329,9 @@ class Engine:
                 self.progress()
                 if cond():
                     return
-                raise Timeout(f"{describe()}: not complete after {timeout:g} s "
-                              f"(rank {self.rank} of {self.size})")
+                assert timeout is not None
+                raise self.timeout_error(describe(), timeout,
+                                         f"rank {self.rank} of {self.size}")
             if now >= next_check or polls > spin + YIELD_POLLS:
                 self.check_peers()
                 if cond():
