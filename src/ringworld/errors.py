@@ -71,6 +71,11 @@ class PeerFailure(TransportError):
         self.detail = detail
 
 
+class CommRevoked(CommError):
+    """The communicator was revoked (``comm.revoke()`` on some rank): its pending and later
+    operations fail on every member; ``comm.shrink()`` makes a working one of the live ranks."""
+
+
 class Timeout(CommError, TimeoutError):
     """A blocking communication call did not complete in time."""
 

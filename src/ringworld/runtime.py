@@ -122,6 +122,7 @@ def _start_monitor(engine: Engine, cfg: _config.Config) -> None:
         engine.close()
         raise
     engine.explain = monitor.explain
+    engine.ft = monitor
     _monitor = monitor
 
 

@@ -305,7 +305,10 @@ class CollectiveRequest(Request[T]):
         # exited has been matched already
         need = {getattr(r, "source", getattr(r, "_dest", -1)) for r in self._pending
                 if not r.done}
+        failed = self._engine.reported  # hung, or reported failed by the launcher
+        if failed:  # the collective never ends without them; name them, the root cause
+            hit = [w for w in self._comm.world_ranks if w in failed]
+            if hit:
+                return min(hit)
         hit = [w for w in need if w in dead]
-        if not hit and self._engine.unresponsive:  # a member hangs: the collective never ends
-            hit = [w for w in self._comm.world_ranks if w in self._engine.unresponsive]
         return min(hit) if hit else None

@@ -13,6 +13,7 @@ Object collectives (``bcast_obj``, ``allreduce_obj``, ...) are in :class:`Object
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Self
 
@@ -26,7 +27,7 @@ from ringworld.comm.communicator import _as_int
 from ringworld.comm.engine import Engine
 from ringworld.comm.ops import Op
 from ringworld.comm.requests import CompletedRequest, Request, wait_all
-from ringworld.errors import Timeout
+from ringworld.errors import CommError, CommRevoked, Timeout
 from ringworld.tuning import constants
 from ringworld.tuning.select import Selector
 
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from ringworld.algorithms import executor, shm
     from ringworld.collective import buffers as bufs
     from ringworld.collective.buffers import Array
+    from ringworld.comm.monitor import Monitor
 else:  # imported on the first collective call: init() and point-to-point never load numpy
     np = LazyModule("numpy", globals(), "np")
     executor = LazyModule("ringworld.algorithms.executor", globals(), "executor")
@@ -62,6 +64,7 @@ class Communicator(ObjectCollectives):
         self._arena: shm.Arena | None = None
         self._small_plans: dict[tuple[Any, ...], tuple[Op, tuple[Any, ...], bool]] = {}
         self._ndarray: Any = None  # numpy's ndarray, once the arena has loaded numpy
+        self._agree_round = 0  # agreements (agree, shrink) made on this communicator
 
     # ------------------------------------------------------------------ plumbing
     def _choose(self, collective: str, nbytes: int, algorithm: str | None, *,
@@ -818,6 +821,83 @@ class Communicator(ObjectCollectives):
         pos = {x: i for i, x in enumerate(group)}
         color = 0 if self.rank in pos else None
         return self.split(color, pos.get(self.rank, 0), name or f"{self.name}.create")
+
+    # ------------------------------------------------------------------ fault tolerance
+    def failed_ranks(self) -> list[int]:
+        """Ranks of this communicator known to have failed (exited or stopped responding).
+
+        Local: what this rank has learned so far (from its transports, its heartbeat monitor
+        and the launcher).
+        """
+        self._engine.check_peers()
+        gone = set(self._engine.dead) | self._engine.reported
+        return [i for i, w in enumerate(self._ranks) if w in gone]
+
+    def revoke(self) -> None:
+        """Make every member's pending and later operations on this communicator fail with
+        :class:`~ringworld.CommRevoked` (ULFM's revoke); other communicators keep working.
+
+        This rank's fail at once; the other members' within about 0.3 s (their monitors poll
+        the job store). Use it after a failure so that ranks blocked on other members learn of
+        it, then :meth:`shrink`. Cost: two store round trips.
+
+        Raises:
+            CommError: no job monitor (a job not started by ``ringworld run``, or
+                ``RINGWORLD_LIVENESS_TIMEOUT=0``) and more than one rank.
+        """
+        why = CommRevoked(f"{self.name} was revoked by rank {self.rank}")
+        self._engine.revoke((self.context, self.coll_context), why)
+        if self.size > 1:
+            self._fault_tolerance("revoke").publish_revocation(
+                (self.context, self.coll_context), self._ranks, self.name)
+
+    def agree(self, flag: int = 1, *, timeout: float | None = None) -> int:
+        """The bitwise AND of ``flag`` over the live members (ULFM's agree), same on all.
+
+        Works on a failed or revoked communicator: members that failed are left out instead of
+        blocking it. Collective over the live members. Cost: a few store round trips each.
+
+        Raises:
+            Timeout: no agreement within ``timeout`` (default: the job's).
+            CommError: no job monitor, or the coordinating rank failed while agreeing.
+        """
+        result, _, _ = self._agreement("agree", flag, timeout)
+        return result
+
+    def shrink(self, name: str | None = None, *, timeout: float | None = None) -> Self:
+        """A new communicator of the live members, in rank order (ULFM's shrink).
+
+        Call it on every surviving member after a failure (usually after :meth:`revoke`); the
+        result works normally, failed ranks excluded. Collective over the live members. Cost:
+        an agreement (a few store round trips each).
+
+        Raises:
+            Timeout: no agreement within ``timeout``.
+            CommError: no job monitor, or the coordinating rank failed while agreeing.
+        """
+        _, alive, ctx = self._agreement("shrink", 1, timeout)
+        self._engine.reserve_contexts(ctx)
+        members = [w for w in self._ranks if w in set(alive)]
+        return self._derive(members, ctx, name or f"{self.name}.shrunk")
+
+    def _agreement(self, what: str, flag: int, timeout: float | None
+                   ) -> tuple[int, list[int], int]:
+        self._agree_round += 1
+        if self.size == 1:
+            ctx = self._engine.next_context
+            return int(flag), [self._ranks[0]], ctx
+        members = ",".join(map(str, self._ranks))
+        key = f"{self.coll_context}.{zlib.crc32(members.encode()):08x}.{self._agree_round}"
+        return self._fault_tolerance(what).agree(
+            key, self._ranks, flag, self._engine.next_context,
+            self._engine.timeout if timeout is None else timeout)
+
+    def _fault_tolerance(self, what: str) -> Monitor:
+        ft: Monitor | None = self._engine.ft
+        if ft is None:
+            raise CommError(f"{what} on {self.name} needs the job's monitor: run the job with "
+                            "`ringworld run` and RINGWORLD_LIVENESS_TIMEOUT > 0")
+        return ft
 
     def free(self) -> None:
         """Release this communicator (scratch, shared windows); later collectives raise CommError.

@@ -63,6 +63,9 @@ class ObjectCollectives(P2PCommunicator):
     def _check_open(self) -> None:
         if self._freed:
             raise CommError(f"{self.name} was freed; it cannot be used any more")
+        revoked = self._engine.revoked
+        if revoked and self.coll_context in revoked:
+            raise revoked[self.coll_context]
 
     @contextlib.contextmanager
     def _named(self, what: str, tag: int) -> Iterator[None]:

@@ -111,6 +111,7 @@ class Communicator:
         self.context = context
         self.coll_context = context + 1
         self.name = name or f"comm{context // 2}"
+        engine.comm_names[self.coll_context] = self.name
         self._coll_seq = 0
         self._wake: list[tuple[Callable[[int], None], int]] | None = None
         self._wt: Transport | None = None
@@ -173,7 +174,7 @@ class Communicator:
         """
         w = self._ranks[dest]
         h = self._engine.isend(w, self.coll_context, tag, 0, (view,), len(view))
-        return None if h.done else SendRequest(self._engine, h, w, view)
+        return None if h.done else SendRequest(self._engine, h, w, view, self.coll_context)
 
     def coll_irecv(self, view: memoryview, source: int, tag: int) -> BufferRecvRequest:
         """Post a receive into ``view`` from rank ``source`` on the collective context."""
@@ -187,7 +188,8 @@ class Communicator:
         w = self._ranks[dest]
         segments, nbytes, flags, keep = objects.encode(obj)
         h = self._engine.isend(w, self.coll_context, tag, flags, segments, nbytes)
-        return None if h.done else SendRequest(self._engine, h, w, (segments, keep))
+        return None if h.done else SendRequest(self._engine, h, w, (segments, keep),
+                                               self.coll_context)
 
     def coll_irecv_obj(self, source: int, tag: int) -> Request[Any]:
         """Post a receive of a value from rank ``source`` on the collective context."""
@@ -201,7 +203,8 @@ class Communicator:
         """Start sending an encoded value (see :mod:`ringworld.comm.objects`) as is."""
         w = self._ranks[dest]
         h = self._engine.isend(w, self.coll_context, tag, flags, segments, nbytes)
-        return None if h.done else SendRequest(self._engine, h, w, (segments, keep))
+        return None if h.done else SendRequest(self._engine, h, w, (segments, keep),
+                                               self.coll_context)
 
     def coll_irecv_raw(self, source: int, tag: int) -> RawRecvRequest:
         """Post a receive of an encoded value; ``wait()`` returns (flags, payload)."""
@@ -331,7 +334,11 @@ class Communicator:
             if now >= next_check:
                 next_check = now + CHECK_PEERS_EVERY
                 engine.check_peers()
+                if engine.revoked and self.coll_context in engine.revoked:
+                    raise engine.revoked[self.coll_context]
                 dead = [w for w in waiting_for() if w in engine.dead]
+                if engine.reported and not dead:  # a member hangs: the sync never ends
+                    dead = [w for w in self._ranks if w in engine.reported]
                 if dead:
                     cause = engine.dead[dead[0]]
                     raise PeerFailure(dead[0], f"{cause.detail}; while waiting for "
@@ -381,7 +388,7 @@ class Communicator:
         view = send_view(buf, "buf")
         w = self._world(dest, "dest")
         h = self._engine.isend(w, self.context, self._send_tag(tag), 0, (view,), len(view))
-        return SendRequest(self._engine, h, w, view)
+        return SendRequest(self._engine, h, w, view, self.context)
 
     def send(self, buf: Any, dest: int, tag: int = 0, *, timeout: float | None = None) -> None:
         """Send the bytes of ``buf`` to ``dest``; returns when ``buf`` may be reused.
@@ -399,7 +406,7 @@ class Communicator:
             tag = self._send_tag(tag)
         h = self._engine.isend(w, self.context, tag, 0, (view,), len(view))
         if not h.done:
-            SendRequest(self._engine, h, w, view).wait(timeout)
+            SendRequest(self._engine, h, w, view, self.context).wait(timeout)
 
     def irecv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request[Status]:
         """Start receiving a message into ``buf``; ``wait()`` returns its :class:`Status`.
@@ -466,7 +473,7 @@ class Communicator:
         t = self._send_tag(tag)
         segments, nbytes, flags, keep = objects.encode(obj)
         h = self._engine.isend(w, self.context, t, flags, segments, nbytes)
-        return SendRequest(self._engine, h, w, (segments, keep))
+        return SendRequest(self._engine, h, w, (segments, keep), self.context)
 
     def send_obj(self, obj: Any, dest: int, tag: int = 0, *,
                  timeout: float | None = None) -> None:
@@ -480,7 +487,7 @@ class Communicator:
         segments, nbytes, flags, keep = objects.encode(obj)
         h = self._engine.isend(w, self.context, t, flags, segments, nbytes)
         if not h.done:
-            SendRequest(self._engine, h, w, (segments, keep)).wait(timeout)
+            SendRequest(self._engine, h, w, (segments, keep), self.context).wait(timeout)
 
     def irecv_obj(self, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request[Any]:
         """Start receiving a value; ``wait()`` returns it, ``status`` says where it came from."""

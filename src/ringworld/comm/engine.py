@@ -21,7 +21,7 @@ from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from ringworld.comm.requests import ANY_SOURCE, ANY_TAG, RecvRequest
-from ringworld.errors import CommBroken, PeerFailure, Timeout, TransportError
+from ringworld.errors import CommBroken, CommRevoked, PeerFailure, Timeout, TransportError
 from ringworld.transport.base import BufferedIncoming, Incoming, SendHandle, Transport
 
 FAST_POLLS = 32          # polls before the first clock read
@@ -69,11 +69,16 @@ class Engine:
         # for the monitor (heartbeats) and timeout diagnosis: set cheaply on the hot path,
         # read from the monitor thread
         self.entered: dict[int, int] = {}  # collective context -> last sequence entered
+        self.comm_names: dict[int, str] = {}  # collective context -> communicator name
         self.current: tuple[int, int, str, tuple[int, ...]] | None = None  # that collective
         self.waiting: Callable[[], str] | None = None  # what a blocking wait waits for
         self.waiting_since = 0.0  # when it started (wall clock)
         self.remote_failures: list[PeerFailure] = []  # found by the monitor (another thread)
-        self.unresponsive: set[int] = set()  # world ranks those name: alive but not responding
+        self.reported: set[int] = set()  # world ranks reported failed (hung, or by the launcher)
+        self.revoked: dict[int, CommRevoked] = {}  # context -> why (read by requests' done)
+        # revocations the monitor found: (contexts, member world ranks, error)
+        self.remote_revocations: list[tuple[tuple[int, ...], frozenset[int], CommRevoked]] = []
+        self.ft: Any = None  # the job's fault-tolerance service (store based), if any
         self.explain: Callable[[str], str] | None = None  # the monitor's job-wide diagnosis
 
     # ------------------------------------------------------------------ contexts
@@ -111,6 +116,10 @@ class Engine:
         """Post a receive: take the first matching unexpected message, or queue the receive."""
         if self.broken is not None:
             self._check_broken()
+        if self.revoked and req.context in self.revoked:
+            req._error = self.revoked[req.context]
+            req._done = True
+            return
         unexpected = self.unexpected.get(req.context)
         if unexpected:
             i = _find(unexpected, req.source, req.tag)
@@ -147,6 +156,8 @@ class Engine:
         """
         if self.broken is not None:
             self._check_broken()
+        if self.revoked and context in self.revoked:
+            raise self.revoked[context]
         t = self.route[dest]
         if t is None:  # a message to ourselves: copy now, so the send completes at once
             inc = BufferedIncoming(dest, context, tag, flags, nbytes)
@@ -227,7 +238,7 @@ class Engine:
         """
         t = self.route[source]
         if (t is None or not t.supports_take_eager or self.broken is not None or self.dead
-                or self.posted.get(context) or self.unexpected.get(context)):
+                or self.revoked or self.posted.get(context) or self.unexpected.get(context)):
             return None
         take = t.take_eager
         for _ in range(polls):
@@ -243,8 +254,12 @@ class Engine:
         those the monitor found not responding."""
         while self.remote_failures:
             exc = self.remote_failures.pop()
-            self.unresponsive.add(exc.rank)
+            self.reported.add(exc.rank)
             self._peer_failed(exc)
+        while self.remote_revocations:
+            contexts, members, why = self.remote_revocations.pop()
+            if self.rank in members:
+                self.revoke(contexts, why)
         for t in self.transports:
             while True:
                 try:
@@ -371,6 +386,19 @@ class Engine:
         return dep
 
     # ------------------------------------------------------------------ failure
+    def revoke(self, contexts: Sequence[int], why: CommRevoked) -> None:
+        """Fail every posted receive on ``contexts`` and every later operation on them.
+
+        Sends in flight on them complete with the error (see ``SendRequest.done``). Local; the
+        monitor tells the other members.
+        """
+        for c in contexts:
+            self.revoked.setdefault(c, why)
+            for r in self.posted.pop(c, []):
+                r._error = self.revoked[c]
+                r._done = True
+            self.unexpected.pop(c, None)
+
     def _break(self, exc: BaseException) -> None:
         if self.broken is None:
             self.broken = exc

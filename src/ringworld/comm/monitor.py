@@ -21,13 +21,16 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from ringworld.errors import PeerFailure, RingworldError
+from ringworld.errors import CommError, CommRevoked, PeerFailure, RingworldError, Timeout
 from ringworld.store.base import Store
 
 WATCHERS = 3            # ranks each rank watches (the next ones in rank order)
+HISTORY = 8             # long waits each rank remembers (its flight recorder)
+TICK = 0.25             # seconds between looks for failures and revocations found elsewhere
 DEFAULT_LIVENESS = 20.0  # seconds without a heartbeat before a rank is declared failed
 _PREFIX = "rw/mon/"
 
@@ -60,7 +63,9 @@ class Monitor:
         self._store: Store | None = None
         self._stop = threading.Event()
         self._seen_failures = 0
+        self._seen_revocations = 0
         self._declared: set[int] = set()
+        self._history: deque[tuple[float, str]] = deque(maxlen=HISTORY)
         self._thread = threading.Thread(target=self._run, name="ringworld-monitor", daemon=True)
         self.error: BaseException | None = None  # why the thread stopped early, if it did
 
@@ -97,14 +102,20 @@ class Monitor:
 
     def _state(self) -> dict[str, Any]:
         e = self.engine
-        state: dict[str, Any] = {"t": time.time(), "entered": dict(e.entered)}
+        names = e.comm_names
+        entered = {f"{names.get(ctx, ctx)}": seq for ctx, seq in list(e.entered.items())}
+        state: dict[str, Any] = {"t": time.time(), "entered": entered}
         waiting = e.waiting
         if waiting is not None:
             try:
-                state["waiting"] = waiting()[:300]
+                text = waiting()[:300]
             except Exception as exc:  # racing the main thread: report, never fail the beat
-                state["waiting"] = f"(unavailable: {type(exc).__name__})"
+                text = f"(unavailable: {type(exc).__name__})"
+            state["waiting"] = text
             state["since"] = e.waiting_since
+            if not self._history or self._history[-1][1] != text:
+                self._history.append((e.waiting_since, text))
+        state["recent"] = list(self._history)
         return state
 
     def _beat(self, store: Store) -> None:
@@ -116,13 +127,17 @@ class Monitor:
         assert store is not None
         watched = self._watched()
         last: dict[int, tuple[int, float]] = {}
-        prev = time.monotonic()
+        prev = next_beat = time.monotonic()
         try:
-            while not self._stop.wait(self.interval):
+            while not self._stop.wait(min(TICK, self.interval)):
                 now = time.monotonic()
                 if now - prev > self.liveness / 2:
                     last.clear()  # this rank itself was stopped: nobody's silence counts
                 prev = now
+                self._collect(store)
+                if now < next_beat:
+                    continue
+                next_beat = now + self.interval
                 self._beat(store)
                 for r in watched:
                     if r in self._declared or r in self.engine.dead:
@@ -133,7 +148,6 @@ class Monitor:
                         last[r] = (count, now)
                     elif now - seen[1] > self.liveness and not self._exited(store, r):
                         self._declare(store, r, now - seen[1])
-                self._collect(store)
         except RingworldError as exc:
             if not self._stop.is_set():
                 self.error = exc  # the store (launcher) is gone: the job is ending anyway
@@ -152,24 +166,119 @@ class Monitor:
         self._declared.add(rank)
         detail = (f"not responding: no heartbeat for {silent:.1f} s (liveness timeout "
                   f"{self.liveness:g} s; stopped, hung in native code, or cut off)")
-        i = store.add(f"{_PREFIX}dead/count", 1)
-        store.set(f"{_PREFIX}dead/{i}", json.dumps({"rank": rank, "detail": detail,
-                                                    "by": self.rank}).encode())
+        publish_failure(store, rank, detail, self.rank)
 
     def _collect(self, store: Store) -> None:
+        """Hand failures and revocations published by any rank (or the launcher) to the engine.
+        """
         count = store.add(f"{_PREFIX}dead/count", 0)
         while self._seen_failures < count:
             self._seen_failures += 1
+            info = _get_json(store, f"{_PREFIX}dead/{self._seen_failures}")
             try:
-                raw = store.get(f"{_PREFIX}dead/{self._seen_failures}", timeout=2.0)
-                info = json.loads(raw)
                 rank, detail = int(info["rank"]), str(info["detail"])
-            except (RingworldError, ValueError, KeyError, TypeError):
+            except (KeyError, TypeError, ValueError):
                 continue
             if rank != self.rank:
                 self._declared.add(rank)
+                by = info.get("by")
+                found = "the launcher" if by is None else f"rank {by}"
                 self.engine.remote_failures.append(
-                    PeerFailure(rank, f"{detail} (found by rank {info.get('by')})"))
+                    PeerFailure(rank, f"{detail} (found by {found})"))
+        count = store.add(f"{_PREFIX}revoked/count", 0)
+        while self._seen_revocations < count:
+            self._seen_revocations += 1
+            info = _get_json(store, f"{_PREFIX}revoked/{self._seen_revocations}")
+            try:
+                contexts = tuple(int(c) for c in info["contexts"])
+                members = frozenset(int(m) for m in info["members"])
+                why = CommRevoked(f"{info['name']} was revoked by rank {int(info['by'])}")
+            except (KeyError, TypeError, ValueError):
+                continue
+            if self.rank in members:
+                for c in contexts:  # seen at once by later sends and receives (a dict write)
+                    self.engine.revoked.setdefault(c, why)
+                self.engine.remote_revocations.append((contexts, members, why))
+
+    # ------------------------------------------------------------------ recovery
+    def publish_revocation(self, contexts: tuple[int, ...], members: tuple[int, ...],
+                           name: str) -> None:
+        """Tell every rank that the communicator (``contexts``, ``members``) is revoked.
+
+        Raises:
+            StoreError: the store is unreachable.
+        """
+        store = self._require_store()
+        i = store.add(f"{_PREFIX}revoked/count", 1)
+        store.set(f"{_PREFIX}revoked/{i}", json.dumps(
+            {"contexts": list(contexts), "members": list(members), "name": name,
+             "by": self.rank}).encode())
+
+    def agree(self, key: str, members: tuple[int, ...], flag: int, next_context: int,
+              timeout: float | None) -> tuple[int, list[int], int]:
+        """Agree with the live ``members`` on (AND of flags, live members, a fresh context).
+
+        Fault tolerant: every live member gets the same answer, and members that failed (or
+        fail meanwhile) are left out instead of blocking it. The first member to arrive
+        coordinates: it waits until every member has either sent its flag or is known failed,
+        then publishes the decision. Called from the main thread. Cost: a few store round
+        trips per member.
+
+        Raises:
+            Timeout: no decision within ``timeout`` seconds.
+            CommError: the coordinator failed before deciding.
+        """
+        store = self._require_store()
+        e = self.engine
+        prefix = f"{_PREFIX}agree/{key}/"
+        store.set(f"{prefix}v/{self.rank}", json.dumps([int(flag), int(next_context)]).encode())
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if store.add(f"{prefix}lock", 1) == 1:
+            store.set(f"{prefix}coordinator", str(self.rank).encode())
+            values: dict[int, list[int]] = {}
+            while True:
+                e.check_peers()
+                failed = set(e.dead) | e.reported
+                waiting = [r for r in members if r not in values and r not in failed]
+                for r in waiting:
+                    with_value = _try_get(store, f"{prefix}v/{r}", 0.02)
+                    if with_value is not None:
+                        values[r] = json.loads(with_value)
+                if all(r in values or r in failed for r in members):
+                    break
+                if deadline is not None and time.monotonic() > deadline:
+                    raise Timeout(f"agreement {key}: no value from ranks "
+                                  f"{[r for r in members if r not in values]} within "
+                                  f"{timeout:g} s")
+            alive = sorted(values)
+            result = -1
+            for r in alive:
+                result &= values[r][0]
+            decision: dict[str, Any] = {"flag": result, "alive": alive,
+                        "context": max(values[r][1] for r in alive)}
+            store.set(f"{prefix}decision", json.dumps(decision).encode())
+        else:
+            while True:
+                raw = _try_get(store, f"{prefix}decision", 0.1)
+                if raw is not None:
+                    decision = json.loads(raw)
+                    break
+                coordinator = _try_get(store, f"{prefix}coordinator", 0.0)
+                e.check_peers()
+                if coordinator is not None and int(coordinator) in (set(e.dead)
+                                                                    | e.reported):
+                    raise CommError(f"agreement {key}: its coordinator, rank "
+                                    f"{int(coordinator)}, failed before deciding")
+                if deadline is not None and time.monotonic() > deadline:
+                    raise Timeout(f"agreement {key}: no decision within {timeout:g} s")
+        return int(decision["flag"]), [int(r) for r in decision["alive"]], \
+            int(decision["context"])
+
+    def _require_store(self) -> Store:
+        store = self._store
+        if store is None:
+            raise CommError("the job monitor is stopped (after finalize)")
+        return store
 
     # ------------------------------------------------------------------ diagnosis
     def explain(self, what: str) -> str:
@@ -179,35 +288,99 @@ class Monitor:
         store = self._store
         if store is None:
             return ""
-        current = self.engine.current
-        states: dict[int, dict[str, Any] | None] = {}
-        for r in range(self.size):
-            try:
-                states[r] = json.loads(store.get(_state_key(r), timeout=0.5))
-            except (RingworldError, ValueError):
-                states[r] = None
+        states = _fetch_states(store, self.size)
         lines = []
+        current = self.engine.current
         if current is not None:
-            ctx, seq, name, ranks = current
+            _, seq, name, ranks = current
             if f"#{seq} on {name}" in what:
                 arrived: list[int] = []
                 missing: list[int] = []
                 for i, w in enumerate(ranks):
                     st = states.get(w)
-                    got = None if st is None else st.get("entered", {}).get(str(ctx))
-                    (arrived if got is not None and got >= seq else missing).append(i)
+                    got = None if st is None else st.get("entered", {}).get(name)
+                    (arrived if isinstance(got, int) and got >= seq else missing).append(i)
                 lines.append(f"ranks of {name} that entered #{seq}: {arrived or 'none'}; "
                              f"missing: {missing or 'none'} (as of their last heartbeat)")
-        now = time.time()
-        for r, st in states.items():
-            if st is None:
-                lines.append(f"  rank {r}: no state published")
-            elif st.get("exited"):
-                lines.append(f"  rank {r}: exited")
-            elif "waiting" in st:
-                since = st.get("since")
-                for_s = f" for {now - since:.1f} s" if isinstance(since, float) else ""
-                lines.append(f"  rank {r}: waiting{for_s} on {st['waiting']}")
-            else:
-                lines.append(f"  rank {r}: not in a communication call (computing?)")
-        return "\n".join(lines)
+        return "\n".join(lines + format_states(states, history=False))
+
+
+def publish_failure(store: Store, rank: int, detail: str, by: int | None) -> None:
+    """Tell every rank's monitor that ``rank`` failed (``by``: the rank that found it, None for
+    the launcher). Cost: two store round trips.
+
+    Raises:
+        StoreError: the store is unreachable.
+    """
+    i = store.add(f"{_PREFIX}dead/count", 1)
+    store.set(f"{_PREFIX}dead/{i}", json.dumps({"rank": rank, "detail": detail,
+                                                "by": by}).encode())
+
+
+def _get_json(store: Store, key: str) -> dict[str, Any]:
+    try:
+        got = json.loads(store.get(key, timeout=2.0))
+    except (RingworldError, ValueError):
+        return {}
+    return got if isinstance(got, dict) else {}
+
+
+def _try_get(store: Store, key: str, timeout: float) -> bytes | None:
+    try:
+        return store.get(key, timeout=timeout)
+    except RingworldError:
+        return None
+
+
+def _fetch_states(store: Store, size: int) -> dict[int, dict[str, Any] | None]:
+    states: dict[int, dict[str, Any] | None] = {}
+    for r in range(size):
+        try:
+            got = json.loads(store.get(_state_key(r), timeout=0.5))
+            states[r] = got if isinstance(got, dict) else None
+        except (RingworldError, ValueError):
+            states[r] = None
+    return states
+
+
+def format_states(states: dict[int, dict[str, Any] | None], history: bool = True) -> list[str]:
+    """One line per rank saying what it is doing; with ``history``, its recent long waits."""
+    now = time.time()
+    lines = []
+    for r, st in sorted(states.items()):
+        if st is None:
+            lines.append(f"  rank {r}: no state published (not started, or heartbeats off)")
+            continue
+        if st.get("exited"):
+            lines.append(f"  rank {r}: exited")
+            continue
+        age = now - st["t"] if isinstance(st.get("t"), float) else None
+        stale = f" [last heartbeat {age:.0f} s ago]" if age is not None and age > 5 else ""
+        if "waiting" in st:
+            since = st.get("since")
+            for_s = f" for {now - since:.1f} s" if isinstance(since, float) else ""
+            lines.append(f"  rank {r}: waiting{for_s} on {st['waiting']}{stale}")
+        else:
+            lines.append(f"  rank {r}: not in a communication call (computing?){stale}")
+        entered = st.get("entered")
+        if history and isinstance(entered, dict) and entered:
+            lines.append("    last collective entered: " + ", ".join(
+                f"#{seq} on {name}" for name, seq in entered.items()))
+        recent = st.get("recent")
+        if history and isinstance(recent, list):
+            for item in recent[-HISTORY:]:
+                if isinstance(item, list) and len(item) == 2 and isinstance(item[0], float):
+                    lines.append(f"    {now - item[0]:7.1f} s ago: waited on {item[1]}")
+    return lines
+
+
+def read_states(host: str, port: int, secret: bytes, size: int) -> list[str]:
+    """What every rank of a job is doing, read from its store (the launcher's SIGUSR1 dump).
+
+    Raises:
+        StoreError: the store cannot be reached or authenticated with.
+    """
+    from ringworld.store.tcp import TCPStore
+
+    with TCPStore(host, port, secret, timeout=2.0) as store:
+        return format_states(_fetch_states(store, size))

@@ -123,18 +123,24 @@ class CompletedRequest(Request[T]):
 class SendRequest(Request[None]):
     """A send in flight; done once the transport no longer needs the buffer."""
 
-    __slots__ = ("_dest", "_handle", "_keep")
+    __slots__ = ("_context", "_dest", "_handle", "_keep")
 
-    def __init__(self, engine: Engine, handle: SendHandle, dest: int, keep: object = None) -> None:
+    def __init__(self, engine: Engine, handle: SendHandle, dest: int, keep: object = None,
+                 context: int = -1) -> None:
         super().__init__(engine)
         self._handle = handle
         self._dest = dest
         self._keep = keep  # objects whose buffers the transport still reads
+        self._context = context
 
     @property
     def done(self) -> bool:
         if self._handle.done:
             self._keep = None
+            return True
+        revoked = self._engine.revoked
+        if revoked and self._context in revoked:  # the receiver will never take it
+            self._error = revoked[self._context]
             return True
         return False
 

@@ -12,6 +12,10 @@ written by signal handlers (``SIGCHLD`` for exits; ``SIGINT``/``SIGTERM``/``SIGH
   root cause: the rest get ``SIGTERM``, then ``SIGKILL`` after the grace period. A rank whose
   stderr ends in a ``PeerFailure``/``CommBroken`` failed because of another rank, which may not
   have been reaped yet; it is blamed only if no other failure shows up within a second.
+* With ``keep_going`` (``ringworld run --enable-recovery``) a failure is recorded but the other
+  ranks run on, so programs that recover (``comm.shrink()``) can finish.
+* ``SIGUSR1`` calls ``on_dump`` (the launcher prints what every rank is doing); ``on_failure``
+  hears of every rank that fails on its own (the launcher tells the other ranks at once).
 """
 
 from __future__ import annotations
@@ -224,6 +228,9 @@ class ProcessSet:
         tail_lines: int = 20,
         stdout: BinaryIO | TextIO | None = None,
         stderr: BinaryIO | TextIO | None = None,
+        keep_going: bool = False,
+        on_dump: Callable[[], None] | None = None,
+        on_failure: Callable[[RankExit], None] | None = None,
     ) -> None:
         if grace < 0:
             raise ValueError(f"grace={grace!r} must be >= 0")
@@ -248,6 +255,9 @@ class ProcessSet:
         self._saved: list[tuple[int, signal._HANDLER]] = []
         self._saved_wakeup = -1
         self._pid = os.getpid()
+        self._keep_going = keep_going
+        self._on_dump = on_dump
+        self._on_failure = on_failure
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -394,6 +404,11 @@ class ProcessSet:
             if sig == signal.SIGCHLD:
                 self._child_exited = True
                 continue
+            if sig == signal.SIGUSR1:
+                if self._on_dump is not None:
+                    self._flush()
+                    self._on_dump()
+                continue
             if self._interrupt is None:
                 if self._suspect is not None:  # that failure came first: it stays the cause
                     self._root = self._suspect
@@ -424,6 +439,10 @@ class ProcessSet:
             fresh.append(self._record(r))
             for fd in [fd for fd, p in self._pipes.items() if p.rank == r.rank]:
                 self._read(fd, until_empty=True)
+        if self._on_failure is not None:
+            for e in fresh:
+                if e.failed and not e.stopped:
+                    self._on_failure(e)
         if self._root is None and self._interrupt is None:
             causes = [e for e in fresh if e.failed and not e.stopped]
             primary = [e for e in causes if not _is_secondary(self._tails[e.rank])]
@@ -441,7 +460,8 @@ class ProcessSet:
         self._suspect_until = None
         if exit_ is not None and self._root is None:
             self._root = exit_
-            self._stop_all(signal.SIGTERM)
+            if not self._keep_going:
+                self._stop_all(signal.SIGTERM)
 
     def _record(self, r: _Rank) -> RankExit:
         rc = r.popen.returncode
@@ -498,7 +518,7 @@ class ProcessSet:
             return
         self._wakeup = (r, w)
         self._sel.register(r, selectors.EVENT_READ)
-        for sig in (signal.SIGCHLD, *STOP_SIGNALS):
+        for sig in (signal.SIGCHLD, signal.SIGUSR1, *STOP_SIGNALS):
             self._saved.append((sig, signal.signal(sig, self._on_signal)))
 
     def _restore_signals(self) -> None:

@@ -20,11 +20,20 @@ def _ranks(exits: list[RankExit]) -> str:
     return f"{word} {', '.join(str(e.rank) for e in exits)}"
 
 
-def failure_report(result: JobResult, job_id: str, size: int) -> str:
-    """The text to print on stderr for a failed or interrupted job; empty if the job succeeded."""
+def failure_report(result: JobResult, job_id: str, size: int, recovery: bool = False) -> str:
+    """The text to print on stderr for a failed or interrupted job; empty if the job succeeded.
+
+    With ``recovery`` (``--enable-recovery``) a failure is reported as a lost rank the others
+    ran on without.
+    """
     lines: list[str] = []
     root = result.root_cause
-    if root is not None:
+    if root is not None and recovery:
+        lines.append(
+            f"ringworld: job {job_id} lost rank {root.rank} (pid {root.pid}): {root.describe()};"
+            " the other ranks ran on (--enable-recovery)"
+        )
+    elif root is not None:
         lines.append(
             f"ringworld: job {job_id} failed: rank {root.rank} (pid {root.pid}) {root.describe()}"
         )
@@ -74,3 +83,24 @@ def job_exit_code(result: JobResult) -> int:
         if e.failed:
             return e.exit_code
     return 0
+
+
+def recovery_exit_code(result: JobResult) -> int:
+    """The exit status of a job run with ``--enable-recovery``: whether the survivors finished.
+
+    The lost ranks are the root cause and any rank killed by a signal the launcher did not send;
+    the others are survivors. Returns the first failing survivor's status, else 128 + the
+    interrupting signal, else 0 if any survivor finished, else the root cause's status.
+    """
+    root = result.root_cause
+    lost = {e.rank for e in result.exits
+            if e is root or (e.returncode < 0 and not e.stopped)}
+    survivors = [e for e in result.exits if e.rank not in lost]
+    for e in survivors:
+        if e.failed:
+            return e.exit_code
+    if result.interrupted_by is not None:
+        return 128 + result.interrupted_by
+    if survivors or root is None:
+        return 0
+    return root.exit_code
