@@ -1,0 +1,197 @@
+"""``ringworld topo``, ``ringworld plan`` and ``ringworld calibrate``.
+
+``ringworld topo [--dump FILE] [--json] [--sysfs DIR]``: discover this machine and print it
+(``--dump`` writes the topology JSON, loadable by ``--topology FILE``).
+
+``ringworld plan --topology NAME|FILE --collective C --size S [--ranks N] [--root R] [--json]
+[--plot out.png]``: every candidate schedule with its predicted time, algorithm and bus
+bandwidth, the chosen one and why; ``--json`` adds each candidate's transfers
+(source, destination, bytes, start, end).
+
+``ringworld calibrate [--save FILE] [--compare] [--constants FILE] [--np N] [--sizes ...]
+[--collectives ...]``: measure this machine's constants (``--save`` writes them for
+``--constants`` and ``RINGWORLD_TUNING_FILE``) and, with ``--compare``, run the real collectives
+and print predicted vs measured times.
+
+Exit status 0 on success, 1 when a measurement fails, 2 for bad arguments or topologies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+
+from ringworld.bench.pingpong import parse_size, parse_sizes
+from ringworld.errors import ConfigError
+from ringworld.topology.model import TopologyError, dump, to_json
+from ringworld.topology.presets import PATTERNS, PRESETS
+
+
+def _ms(t: float) -> str:
+    return f"{t * 1e3:10.3f} ms" if math.isfinite(t) else "         -   "
+
+
+def run_topo(args: argparse.Namespace) -> int:
+    """Handle ``ringworld topo``."""
+    from ringworld.topology.discover import discover
+
+    found = discover(args.sysfs)
+    if args.dump:
+        dump(found.topology, args.dump)
+    if args.json:
+        print(json.dumps({"topology": to_json(found.topology), "cores": found.cores,
+                          "numa_nodes": found.numa_nodes, "gpus": found.gpus,
+                          "notes": found.notes}, indent=1))
+        return 0
+    print(found.topology.summary())
+    print(f"  {found.cores} cores on {found.numa_nodes} NUMA node(s), {found.gpus} GPU(s)")
+    for note in found.notes:
+        print(f"  note: {note}")
+    if args.dump:
+        print(f"  written to {args.dump}")
+    return 0
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    """Handle ``ringworld plan``."""
+    from ringworld.topology import planner
+    from ringworld.topology.calibrate import params
+    from ringworld.topology.presets import resolve
+
+    try:
+        topo = resolve(args.topology)
+        if args.constants:
+            topo = topo.with_params("core", params(args.constants))
+        pl = planner.plan(topo, args.collective, args.size, args.root, ranks=args.ranks,
+                          record=bool(args.json or args.plot))
+    except (TopologyError, ConfigError, ValueError) as exc:
+        print(f"ringworld plan: {exc}", file=sys.stderr)
+        return 2
+    if args.plot:
+        from ringworld.topology.plot import PlotUnavailable, plot_plan
+
+        try:
+            plot_plan(pl, args.plot)
+        except PlotUnavailable as exc:
+            print(f"ringworld plan: {exc}", file=sys.stderr)
+            return 2
+    if args.json:
+        print(json.dumps(pl.to_json()))
+        return 0
+    print(f"{args.collective} of {args.size} bytes on {pl.net.p} ranks of {topo.name} "
+          f"(root {args.root})")
+    print(f"  {'candidate':<20}{'algorithm':<26}{'predicted':>13}{'busbw GB/s':>12}  steps")
+    for c in pl.candidates:
+        mark = "*" if c is pl.chosen else " "
+        if c.result is None:
+            print(f"{mark} {c.name:<20}{c.algorithm[:25]:<26}  failed: {c.error}")
+            continue
+        print(f"{mark} {c.name:<20}{c.algorithm[:25]:<26}{_ms(c.time)}"
+              f"{pl.busbw(c) / 1e9:12.2f}  {c.steps_hint}")
+    for s in pl.skipped:
+        print(f"  skipped {s}")
+    print()
+    for line in pl.explain():
+        print(line)
+    for c in pl.candidates[:1]:
+        print(f"  {c.name}: {c.description}")
+    if args.plot:
+        print(f"plot written to {args.plot}")
+    return 0
+
+
+def run_calibrate(args: argparse.Namespace) -> int:
+    """Handle ``ringworld calibrate``."""
+    from ringworld.topology import calibrate
+
+    path = args.constants
+    if not args.compare or args.save:
+        print(f"measuring {args.transport} ...", file=sys.stderr, flush=True)
+        try:
+            c = calibrate.calibrate(args.transport)
+        except RuntimeError as exc:
+            print(f"ringworld calibrate: {exc}", file=sys.stderr)
+            return 1
+        print(f"  step {c.step * 1e6:.1f} us  message {c.message * 1e6:.1f} us  bandwidth "
+              f"{c.bandwidth / 1e9:.2f} GB/s  reduce {c.reduce_rate / 1e9:.2f} GB/s  copy "
+              f"{c.copy_rate / 1e9:.2f} GB/s")
+        if args.save:
+            calibrate.save(args.save, {args.transport: c})
+            print(f"saved to {args.save} (use --constants {args.save}, or "
+                  f"RINGWORLD_TUNING_FILE={args.save} for the tuner)")
+            path = path or args.save
+    if not args.compare:
+        return 0
+    try:
+        rows = calibrate.compare(args.np, args.sizes, args.collectives.split(","), path,
+                                 args.transport)
+    except (RuntimeError, ConfigError) as exc:
+        print(f"ringworld calibrate: {exc}", file=sys.stderr)
+        return 1
+    print(f"{'collective':<11}{'algorithm':<20}{'bytes':>10}{'predicted':>14}{'measured':>14}"
+          f"{'pred/meas':>10}")
+    for r in rows:
+        print(f"{r.collective:<11}{r.algorithm:<20}{r.nbytes:>10}{_ms(r.predicted)}"
+              f"{_ms(r.measured)}{r.ratio:10.2f}")
+    if args.plot:
+        from ringworld.topology.plot import PlotUnavailable, plot_comparison
+
+        try:
+            plot_comparison(rows, args.plot)
+        except PlotUnavailable as exc:
+            print(f"ringworld calibrate: {exc}", file=sys.stderr)
+            return 2
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump([{"collective": r.collective, "algorithm": r.algorithm,
+                        "bytes": r.nbytes, "ranks": r.ranks, "predicted_s": r.predicted,
+                        "measured_s": r.measured, "ratio": r.ratio} for r in rows], f,
+                      indent=1)
+    return 0
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``topo``, ``plan`` and ``calibrate`` on the top-level parser."""
+    t = subparsers.add_parser("topo", help="discover and print this machine's topology",
+                              description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    t.add_argument("--dump", metavar="FILE", help="write the topology as JSON to FILE")
+    t.add_argument("--json", action="store_true", help="print JSON instead of a summary")
+    t.add_argument("--sysfs", default="/sys", help="sysfs root (default /sys)")
+    t.set_defaults(func=run_topo)
+    p = subparsers.add_parser(
+        "plan", help="plan a collective on a topology: candidates, predicted times, choice",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="topologies: " + ", ".join([*PRESETS, *PATTERNS]) + ", or a JSON file")
+    p.add_argument("--topology", required=True, metavar="NAME|FILE")
+    p.add_argument("--collective", default="allreduce",
+                   choices=("allreduce", "bcast", "allgather", "reduce"))
+    p.add_argument("--size", type=parse_size, default=parse_size("256MiB"),
+                   help="bytes (allgather: the whole gathered buffer); default 256MiB")
+    p.add_argument("--ranks", type=int, default=None,
+                   help="ranks (default: one per GPU, else per core, of the topology)")
+    p.add_argument("--root", type=int, default=0)
+    p.add_argument("--constants", metavar="FILE",
+                   help="calibration file for CPU-core ranks (ringworld calibrate --save)")
+    p.add_argument("--json", action="store_true", help="print JSON with every transfer")
+    p.add_argument("--plot", metavar="PNG", help="draw the topology and the chosen plan "
+                   "(needs matplotlib)")
+    p.set_defaults(func=run_plan)
+    c = subparsers.add_parser(
+        "calibrate", help="measure this machine's constants; compare predictions with runs",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    c.add_argument("--save", metavar="FILE", help="write the measured constants to FILE")
+    c.add_argument("--transport", choices=("shm", "tcp"), default="shm")
+    c.add_argument("--compare", action="store_true",
+                   help="run the collectives for real and print predicted vs measured")
+    c.add_argument("--constants", metavar="FILE",
+                   help="with --compare and no --save: constants to predict with")
+    c.add_argument("-n", "--np", type=int, default=2, help="ranks for --compare (default 2)")
+    c.add_argument("--sizes", type=parse_sizes, default=parse_sizes("1MiB,4MiB,16MiB"))
+    c.add_argument("--collectives", default="allreduce,bcast,allgather")
+    c.add_argument("--json", metavar="FILE", help="with --compare: write the rows as JSON")
+    c.add_argument("--plot", metavar="PNG", help="with --compare: chart predicted against "
+                   "measured (needs matplotlib)")
+    c.set_defaults(func=run_calibrate)
