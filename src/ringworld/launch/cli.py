@@ -5,6 +5,7 @@ Subcommands::
     ringworld run [-n N] [options] PROGRAM [ARGS...]   start N ranks of a program
     ringworld run [-n N] [options] -m MODULE [ARGS...]
     ringworld run [-n N] [options] -c CODE [ARGS...]
+    ringworld run --mpi4py [-n N] ... PROGRAM          its mpi4py import gives ringworld.MPI
     ringworld bench ...                                 when ringworld.bench.cli is present
 
 Other subcommands plug in as modules listed in :data:`SUBCOMMAND_MODULES`. Each provides
@@ -36,12 +37,13 @@ from ringworld.launch.job import (
     new_secret,
     rank_env,
     remove_shm_segments,
+    with_mpi4py_shim,
 )
-from ringworld.launch.procset import ProcessSet
-from ringworld.launch.report import failure_report, job_exit_code
+from ringworld.launch.procset import ProcessSet, RankExit
+from ringworld.launch.report import failure_report, job_exit_code, recovery_exit_code
 
 #: Modules that add subcommands (see the module docstring for the protocol).
-SUBCOMMAND_MODULES = ("ringworld.bench.cli", "ringworld.tuning.cli")
+SUBCOMMAND_MODULES = ("ringworld.bench.cli", "ringworld.tuning.cli", "ringworld.topology.cli")
 
 _DESCRIPTION = "Ringworld: MPI-style communication for Python processes."
 _RUN_DESCRIPTION = """\
@@ -70,6 +72,7 @@ examples:
   ringworld run -n 2 --transport tcp examples/p2p.py
   ringworld run -n 8 --tag-output -m mypackage.train --epochs 3
   ringworld run -n 2 -c "import ringworld; print(ringworld.init().rank)"
+  ringworld run -n 4 --mpi4py python prog_written_for_mpi4py.py
 """
 
 
@@ -159,9 +162,20 @@ def _add_run_parser(subparsers: Any) -> None:
                         "(default file: $RINGWORLD_TRACE, else ringworld-trace.json)")
     p.add_argument("--trace-file", default=None, metavar="FILE",
                    help="trace into FILE (implies --trace; open it in ui.perfetto.dev)")
+    p.add_argument("--max-restarts", type=int, default=0, metavar="N",
+                   help="restart the whole job up to N times after a failure "
+                        "(RINGWORLD_RESTART tells the ranks which attempt they are)")
+    p.add_argument("--enable-recovery", action="store_true",
+                   help="keep the other ranks running when one fails, for programs that "
+                        "recover (comm.shrink()); the exit status says whether the survivors "
+                        "finished")
     p.add_argument("--grace", type=_seconds(True), default=1.0, metavar="SECONDS",
                    help="when stopping ranks, wait this long after SIGTERM/SIGINT before "
                         "SIGKILL (default: 1)")
+    p.add_argument("--mpi4py", action="store_true",
+                   help="run a program written for mpi4py unchanged: its 'from mpi4py import "
+                        "MPI' gives ringworld.MPI (a stand-in mpi4py package is put first on "
+                        "the ranks' PYTHONPATH)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("-m", dest="module", nargs=argparse.REMAINDER, metavar="MODULE [ARGS...]",
                    help="run library module MODULE as a script (python -m MODULE)")
@@ -240,27 +254,55 @@ def _spawn_error_status(exc: OSError) -> int:
 def run_command(args: argparse.Namespace) -> int:
     """Run a job as described by the parsed ``run`` arguments; return the launcher's exit status.
 
+    With ``--max-restarts N`` a failed job (not one the user interrupted) is started again, from
+    scratch with a new job id and secret, up to N times.
+
     Raises:
         _UsageError: the arguments do not name a program.
     """
     argv = program_argv(args)
-    size: int = args.np
-    bind: str = args.bind or "127.0.0.1"
-    job_id = new_job_id()
-    secret = new_secret()
+    if args.max_restarts < 0:
+        raise _UsageError(f"--max-restarts {args.max_restarts} must be at least 0")
     base = dict(os.environ)
     base.setdefault("PYTHONUNBUFFERED", "1")
     if args.bind is not None:
         base["RINGWORLD_BIND"] = args.bind
+    if args.mpi4py:
+        base = with_mpi4py_shim(base)
     trace = _trace_path(args, base)
+    attempt = 0
+    while True:
+        base["RINGWORLD_RESTART"] = str(attempt)
+        code, interrupted = _run_job(args, argv, base)
+        if code == 0 or interrupted or attempt >= args.max_restarts:
+            break
+        attempt += 1
+        print(f"ringworld: restarting the job (restart {attempt} of {args.max_restarts})",
+              file=sys.stderr, flush=True)
+    if trace is not None:
+        _write_trace(trace)
+    return code
+
+
+def _run_job(args: argparse.Namespace, argv: list[str], base: dict[str, str]
+             ) -> tuple[int, bool]:
+    """Run the job once; return (exit status, whether the launcher was interrupted)."""
+    size: int = args.np
+    bind: str = args.bind or "127.0.0.1"
+    job_id = new_job_id()
+    secret = new_secret()
     with contextlib.ExitStack() as stack:  # unwinds: ranks killed, shm cleaned, store closed
         try:
             store = stack.enter_context(JobStore(secret, bind))
         except (OSError, StoreError) as exc:
             print(f"ringworld: cannot serve the job store on {bind}: {exc}", file=sys.stderr)
-            return 1
+            return 1, False
         stack.callback(remove_shm_segments, job_id)
-        ps = stack.enter_context(ProcessSet(tag_output=args.tag_output, grace=args.grace))
+        notifier = stack.enter_context(_FailureNotifier(store.address, secret))
+        ps = stack.enter_context(ProcessSet(
+            tag_output=args.tag_output, grace=args.grace, keep_going=args.enable_recovery,
+            on_dump=lambda: _dump_job(store.address, secret, size),
+            on_failure=notifier.tell))
         for rank in range(size):
             if ps.interrupted_by is not None:
                 break
@@ -273,17 +315,61 @@ def run_command(args: argparse.Namespace) -> int:
             except OSError as exc:
                 print(f"ringworld: cannot run {argv[0]!r}: {exc.strerror or exc}",
                       file=sys.stderr)
-                return _spawn_error_status(exc)
+                return _spawn_error_status(exc), False
             finally:
                 os.close(fd)
         result = ps.wait()
-    report = failure_report(result, job_id, size)
+    report = failure_report(result, job_id, size, recovery=args.enable_recovery)
     if report:
         sys.stderr.write(report)
         sys.stderr.flush()
-    if trace is not None:
-        _write_trace(trace)
-    return job_exit_code(result)
+    if args.enable_recovery:
+        return recovery_exit_code(result), result.interrupted_by is not None
+    return job_exit_code(result), result.interrupted_by is not None
+
+
+class _FailureNotifier:
+    """Tells the ranks, through the job store, of a rank that failed (their monitors look every
+    0.25 s), so collectives that need it fail at once on every rank, naming it."""
+
+    def __init__(self, address: str, secret: bytes) -> None:
+        self._address = address
+        self._secret = secret
+        self._store: Any = None
+
+    def __enter__(self) -> _FailureNotifier:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._store is not None:
+            self._store.close()
+
+    def tell(self, failure: RankExit) -> None:
+        """Publish ``failure``; best effort (a report, not a condition of stopping the job)."""
+        from ringworld.comm.monitor import publish_failure
+        from ringworld.store.tcp import TCPStore
+
+        try:
+            if self._store is None:
+                host, _, port = self._address.rpartition(":")
+                self._store = TCPStore(host, int(port), self._secret, timeout=2.0)
+            publish_failure(self._store, failure.rank, failure.describe(), None)
+        except (OSError, StoreError) as exc:
+            print(f"ringworld: could not tell the ranks that rank {failure.rank} failed: {exc}",
+                  file=sys.stderr)
+
+
+def _dump_job(address: str, secret: bytes, size: int) -> None:
+    """Print what every rank is doing, from the states their heartbeats publish (SIGUSR1)."""
+    from ringworld.comm.monitor import read_states
+
+    host, _, port = address.rpartition(":")
+    try:
+        lines = read_states(host, int(port), secret, size)
+    except (OSError, StoreError) as exc:
+        lines = [f"  (cannot read the ranks' states: {exc})"]
+    print("ringworld: what every rank is doing (as of its last heartbeat):", file=sys.stderr)
+    print("\n".join(lines), file=sys.stderr, flush=True)
 
 
 def _trace_path(args: argparse.Namespace, env: dict[str, str]) -> str | None:

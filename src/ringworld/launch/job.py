@@ -68,10 +68,13 @@ class JobStore:
     """The job's authenticated TCP store, served from a daemon thread of this process.
 
     Use as a context manager; ``address`` is the ``host:port`` ranks connect to (a wildcard bind
-    address is replaced by loopback).
+    address is replaced by loopback). ``bind`` of ``""`` means loopback; any other host needs the
+    job secret (:func:`ringworld.auth.listen_host`).
 
-    Raises (on enter):
-        StoreError: the address cannot be listened on (``OSError`` for a name that won't resolve).
+    Raises:
+        ValueError: ``secret`` is empty, or too short for a non-loopback ``bind``.
+        StoreError: (on enter) the address cannot be listened on (``OSError`` for a name that
+            won't resolve).
     """
 
     def __init__(self, secret: bytes, bind: str = "127.0.0.1") -> None:
@@ -119,4 +122,22 @@ def rank_env(
         env["RINGWORLD_TRANSPORT"] = transport
     if timeout is not None:
         env["RINGWORLD_TIMEOUT"] = repr(float(timeout))
+    return env
+
+
+#: The directory holding the stand-in ``mpi4py`` package (``ringworld/shim``), found without
+#: importing anything.
+SHIM_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "shim")
+
+
+def with_mpi4py_shim(base: Mapping[str, str], shim_dir: str = SHIM_DIR) -> dict[str, str]:
+    """``base`` with ``shim_dir`` first on ``PYTHONPATH``, so ranks import the stand-in mpi4py.
+
+    The entry goes first, ahead of any inherited entries and of site-packages, so a real
+    mpi4py installed there is shadowed for this job only. Idempotent. Cost: a string join.
+    """
+    env = dict(base)
+    inherited = env.get("PYTHONPATH", "")
+    rest = [p for p in inherited.split(os.pathsep) if p != shim_dir] if inherited else []
+    env["PYTHONPATH"] = os.pathsep.join([shim_dir, *rest])
     return env

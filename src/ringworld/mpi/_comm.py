@@ -23,14 +23,29 @@ from ringworld.mpi._collectives import Collectives, IntraCollectives
 from ringworld.mpi._constants import (
     ANY_SOURCE,
     ANY_TAG,
+    APPNUM,
     COMM_TYPE_SHARED,
+    HOST,
+    IO,
+    LASTUSEDCODE,
     PROC_NULL,
     TAG_UB,
     UNDEFINED,
+    UNIVERSE_SIZE,
+    WTIME_IS_GLOBAL,
 )
 from ringworld.mpi._env import Get_processor_name
-from ringworld.mpi._exception import ERR_ARG, ERR_COMM, ERR_GROUP, Exception
+from ringworld.mpi._exception import (
+    ERR_ARG,
+    ERR_COMM,
+    ERR_GROUP,
+    ERR_KEYVAL,
+    ERR_LASTCODE,
+    Exception,
+)
 from ringworld.mpi._group import CONGRUENT, IDENT, SIMILAR, UNEQUAL, Group, group_of
+from ringworld.mpi._info import ERRORS_RETURN, Errhandler, Info
+from ringworld.mpi._persistent import Prequest, SendRecvRequest
 from ringworld.mpi._request import EMPTY_DONE, PROC_NULL_DONE, Request, _Kind
 from ringworld.mpi._status import Status
 
@@ -82,12 +97,13 @@ class _Fixed:
 class Comm(Collectives):
     """A communicator. ``Comm()`` is a null communicator like ``MPI.COMM_NULL``."""
 
-    __slots__ = ("_name", "_predefined", "_resolver")
+    __slots__ = ("_errhandler", "_name", "_predefined", "_resolver")
 
     def __init__(self) -> None:
         self._resolver: Resolver | None = None
         self._name = "MPI_COMM_NULL"
         self._predefined = False
+        self._errhandler = ERRORS_RETURN
 
     @classmethod
     def _create(cls, resolver: Resolver, name: str, *, predefined: bool = False) -> Self:
@@ -171,11 +187,47 @@ class Comm(Collectives):
         """True: only intracommunicators exist."""
         return True
 
-    def Get_attr(self, keyval: int) -> int:
-        """Return a predefined attribute; only ``TAG_UB`` is supported."""
-        if keyval == TAG_UB:
-            return TAG_UB
-        raise Exception(ERR_ARG, f"unsupported attribute key {keyval!r}; only TAG_UB exists")
+    def Get_attr(self, keyval: int) -> int | bool:
+        """Return a predefined attribute.
+
+        ``TAG_UB``; ``UNIVERSE_SIZE`` (the world size); ``APPNUM`` (0); ``WTIME_IS_GLOBAL``
+        (False: each process has its own clock); ``HOST`` (``PROC_NULL``); ``IO``
+        (``ANY_SOURCE``: every process can do I/O); ``LASTUSEDCODE``.
+
+        Raises:
+            MPI.Exception: any other key (user attributes are not supported).
+        """
+        fixed: dict[int, int | bool] = {TAG_UB: TAG_UB, APPNUM: 0, WTIME_IS_GLOBAL: False,
+                                        HOST: PROC_NULL, IO: ANY_SOURCE,
+                                        LASTUSEDCODE: ERR_LASTCODE}
+        if keyval in fixed:
+            return fixed[keyval]
+        if keyval == UNIVERSE_SIZE:
+            return ringworld.world().size
+        raise Exception(ERR_KEYVAL, f"unsupported attribute key {keyval!r}; the predefined keys "
+                        "are TAG_UB, UNIVERSE_SIZE, APPNUM, WTIME_IS_GLOBAL, HOST, IO and "
+                        "LASTUSEDCODE")
+
+    def Get_errhandler(self) -> Errhandler:
+        """Return the error handler set on the communicator (``ERRORS_RETURN`` at first)."""
+        return self._errhandler
+
+    def Set_errhandler(self, errhandler: Errhandler) -> None:
+        """Record an error handler; errors are raised as Python exceptions whatever it is."""
+        self._errhandler = errhandler
+
+    def Get_info(self) -> Info:
+        """Return the hints in use: always an empty info object."""
+        return Info.Create()
+
+    def Set_info(self, info: Info) -> None:
+        """Accept and ignore hints."""
+        del info
+
+    @classmethod
+    def Get_parent(cls) -> Comm:
+        """Return the parent communicator: ``COMM_NULL``, as processes are never spawned."""
+        return COMM_NULL
 
     def Free(self) -> None:
         """Free the communicator, which becomes null; predefined ones cannot be freed."""
@@ -238,6 +290,8 @@ class Comm(Collectives):
         """``Dup()`` (it blocks here), with a request that is already complete."""
         return self.Dup(info), Request._completed(EMPTY_DONE)
 
+    Idup_with_info = Idup
+
     def Split(self, color: int = 0, key: int = 0) -> Self:
         """One communicator per ``color``, ranked by ``(key, rank)``; null for ``UNDEFINED``.
 
@@ -295,6 +349,7 @@ class Comm(Collectives):
             self._native.send_obj(obj, dest, tag)
 
     ssend = send
+    bsend = send
 
     def isend(self, obj: Any, dest: int, tag: int = 0) -> Request:
         """Start sending a picklable object; ``wait()`` returns None."""
@@ -303,6 +358,7 @@ class Comm(Collectives):
         return Request._wrap(self._native.isend_obj(obj, dest, tag), _Kind.SEND)
 
     issend = isend
+    ibsend = isend
 
     def recv(
         self,
@@ -394,6 +450,8 @@ class Comm(Collectives):
             self._native.send(message.view, dest, tag)
 
     Ssend = Send
+    Bsend = Send  # every send is buffered at the receiver: no attached buffer needed
+    Rsend = Send
 
     def Isend(self, buf: Any, dest: int, tag: int = 0) -> Request:
         """Start sending a buffer spec; keep the buffer unchanged until the request completes."""
@@ -405,6 +463,8 @@ class Comm(Collectives):
         return Request._wrap(self._native.isend(message.view, dest, tag), _Kind.SEND)
 
     Issend = Isend
+    Ibsend = Isend
+    Irsend = Isend
 
     def Recv(
         self,
@@ -460,6 +520,87 @@ class Comm(Collectives):
                 outgoing.view, dest, incoming.view, source=source, sendtag=sendtag, recvtag=recvtag
             )
             _fill(status, native)
+
+    def Sendrecv_replace(
+        self,
+        buf: Any,
+        dest: int,
+        sendtag: int = 0,
+        source: int = ANY_SOURCE,
+        recvtag: int = ANY_TAG,
+        status: Status | None = None,
+    ) -> None:
+        """Send the contents of ``buf`` to ``dest``, then receive into ``buf`` from ``source``.
+
+        Cost: one copy of the buffer (the data sent).
+        """
+        message = recv_message(buf, "Sendrecv_replace(buf)")
+        self.Sendrecv(message.bytes().copy(), dest, sendtag, message.view, source, recvtag,
+                      status)
+
+    def Isendrecv(
+        self,
+        sendbuf: Any,
+        dest: int,
+        sendtag: int = 0,
+        recvbuf: Any = None,
+        source: int = ANY_SOURCE,
+        recvtag: int = ANY_TAG,
+    ) -> Request:
+        """Start ``Sendrecv``: the request completes when both halves have, with the status of
+        the receive."""
+        outgoing = incoming = None
+        if sendbuf is not None:
+            outgoing = send_message(sendbuf, "Isendrecv(sendbuf)").view
+        if recvbuf is not None:
+            incoming = recv_message(recvbuf, "Isendrecv(recvbuf)").view
+        return self._isendrecv(outgoing, dest, sendtag, incoming, source, recvtag, None)
+
+    def Isendrecv_replace(
+        self,
+        buf: Any,
+        dest: int,
+        sendtag: int = 0,
+        source: int = ANY_SOURCE,
+        recvtag: int = ANY_TAG,
+    ) -> Request:
+        """Start ``Sendrecv_replace``; the data sent is copied now. Cost: one buffer copy."""
+        view = recv_message(buf, "Isendrecv_replace(buf)").view
+        copy = bytes(view)
+        return self._isendrecv(memoryview(copy), dest, sendtag, view, source, recvtag, copy)
+
+    def _isendrecv(self, outgoing: memoryview | None, dest: int, sendtag: int,
+                   incoming: memoryview | None, source: int, recvtag: int,
+                   keep: object) -> Request:
+        native = self._native
+        sends = outgoing is not None and dest != PROC_NULL
+        if incoming is None or source == PROC_NULL:
+            if outgoing is not None and sends:
+                native.send(outgoing, dest, sendtag)  # buffered: completes without the peer
+            return Request._completed(PROC_NULL_DONE)
+        receiving = native.irecv(incoming, source, recvtag)
+        if outgoing is None or not sends:
+            return Request._wrap(receiving, _Kind.RECV_BUF)
+        both = SendRecvRequest(native.isend(outgoing, dest, sendtag), receiving, keep)
+        return Request._wrap(both, _Kind.RECV_BUF)
+
+    # -- persistent requests ------------------------------------------------------------------
+
+    def Send_init(self, buf: Any, dest: int, tag: int = 0) -> Prequest:
+        """A persistent send: each ``Start()`` sends the buffer's contents at that moment."""
+        if not (dest == PROC_NULL and buf is None):
+            send_message(buf, "Send_init(buf)")
+        return Prequest._persistent(lambda: self.Isend(buf, dest, tag))
+
+    Bsend_init = Send_init
+    Ssend_init = Send_init
+    Rsend_init = Send_init
+
+    def Recv_init(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Prequest:
+        """A persistent receive into ``buf``: each ``Start()`` posts the receive again."""
+        if not (source == PROC_NULL and buf is None):
+            recv_message(buf, "Recv_init(buf)")
+        return Prequest._persistent(lambda: self.Irecv(buf, source, tag))
 
     def Probe(
         self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None

@@ -15,6 +15,8 @@ from ringworld.collective.markers import IN_PLACE
 ANY_SOURCE: Final[int] = ringworld.ANY_SOURCE
 ANY_TAG: Final[int] = ringworld.ANY_TAG
 PROC_NULL: Final = -2
+#: The root argument of intercommunicator collectives (none exist here; the name is provided).
+ROOT: Final = -3
 UNDEFINED: Final = -32766
 
 #: The largest valid tag. It doubles as the attribute key: ``comm.Get_attr(TAG_UB)`` returns
@@ -22,9 +24,19 @@ UNDEFINED: Final = -32766
 #: the bound itself) behaves correctly.
 TAG_UB: Final[int] = ringworld.TAG_UB
 
-__all__ = ["ANY_SOURCE", "ANY_TAG", "COMM_TYPE_HW_GUIDED", "COMM_TYPE_HW_UNGUIDED",
-           "COMM_TYPE_RESOURCE_GUIDED", "COMM_TYPE_SHARED", "IN_PLACE", "PROC_NULL", "TAG_UB",
-           "UNDEFINED"]
+#: Attribute keys of ``Comm.Get_attr`` besides ``TAG_UB`` (distinct from it and each other).
+HOST: Final = 0x64400003
+IO: Final = 0x64400005
+WTIME_IS_GLOBAL: Final = 0x64400007
+UNIVERSE_SIZE: Final = 0x64400009
+LASTUSEDCODE: Final = 0x6440000B
+APPNUM: Final = 0x6440000D
+KEYVAL_INVALID: Final = 0x24000000
+
+__all__ = ["ANY_SOURCE", "ANY_TAG", "APPNUM", "COMM_TYPE_HW_GUIDED", "COMM_TYPE_HW_UNGUIDED",
+           "COMM_TYPE_RESOURCE_GUIDED", "COMM_TYPE_SHARED", "HOST", "IN_PLACE", "IO",
+           "KEYVAL_INVALID", "LASTUSEDCODE", "PROC_NULL", "ROOT", "TAG_UB", "UNDEFINED",
+           "UNIVERSE_SIZE", "WTIME_IS_GLOBAL"]
 
 
 #: Split types of ``Comm.Split_type`` (only ``COMM_TYPE_SHARED`` is implemented).

@@ -1,7 +1,9 @@
 """Predefined MPI datatypes and their mapping to numpy dtypes and buffer formats.
 
-Only the predefined (named) datatypes exist; derived datatypes (``Create_vector`` and friends)
-are not supported. The (value, index) pair types for ``MAXLOC``/``MINLOC`` (``DOUBLE_INT``,
+Besides the predefined (named) datatypes, only contiguous derived ones exist
+(``Create_contiguous``, ``Dup``): a run of ``count`` elements of another datatype, whose
+``dtype`` is that of its elements. Strided and struct types (``Create_vector`` and friends) are
+not supported. The (value, index) pair types for ``MAXLOC``/``MINLOC`` (``DOUBLE_INT``,
 ``TWOINT``, ...) are numpy structured dtypes with C struct layout: fields ``v`` and ``i``
 (``int32``), padded as a C compiler pads them, so ``size`` < ``extent`` for some of them.
 """
@@ -14,11 +16,13 @@ from typing import Any, Final
 
 import numpy as np
 
+from ringworld.mpi import _exception
+
 
 class Datatype:
     """A predefined MPI datatype: a name, a size in bytes and a numpy dtype."""
 
-    __slots__ = ("_code", "_dtype", "_extent", "_name", "_size")
+    __slots__ = ("_code", "_derived", "_dtype", "_extent", "_name", "_size")
 
     def __init__(self, name: str, code: str, dtype: str | np.dtype[np.generic]) -> None:
         self._name = name
@@ -29,8 +33,53 @@ class Datatype:
         # a pair type's size counts its members, not the padding that its extent includes
         self._size = (sum(f[0].itemsize for f in fields.values()) if fields is not None
                       else self._extent)
+        self._derived = False
+
+    # -- contiguous derived datatypes --------------------------------------------------------
+
+    def Create_contiguous(self, count: int) -> Datatype:
+        """A datatype of ``count`` consecutive elements of this one (its dtype is theirs).
+
+        Raises:
+            ValueError: ``count`` is negative.
+        """
+        if isinstance(count, bool) or count < 0:
+            raise ValueError(f"Create_contiguous: count must be an int >= 0, got {count!r}")
+        new = Datatype("", self._code, self._dtype)
+        new._extent = self._extent * count
+        new._size = self._size * count
+        new._derived = True
+        return new
+
+    def Dup(self) -> Datatype:
+        """A derived datatype equal to this one (``Create_contiguous(1)``)."""
+        return self.Create_contiguous(1)
+
+    Create_dup = Dup
+
+    def Commit(self) -> Datatype:
+        """Make the datatype usable in communication (nothing to do here); return it."""
+        return self
+
+    def Free(self) -> None:
+        """Free a derived datatype (the garbage collector does the work).
+
+        Raises:
+            MPI.Exception: the datatype is predefined.
+        """
+        if not self._derived:
+            raise _exception.Exception(
+                _exception.ERR_TYPE, f"cannot free the predefined datatype {self._name}"
+            )
+
+    def Set_name(self, name: str) -> None:
+        """Name a derived datatype."""
+        self._name = str(name)
 
     def __repr__(self) -> str:
+        if self._derived:
+            n = self._extent // max(self._dtype.itemsize, 1)
+            return f"<MPI.Datatype contiguous {n} x {self._dtype}>"
         return f"<MPI.Datatype {self._name}>"
 
     def Get_size(self) -> int:
@@ -72,13 +121,13 @@ class Datatype:
 
     @property
     def is_predefined(self) -> bool:
-        """Always true: only predefined datatypes exist."""
-        return True
+        """Whether this is a predefined datatype (not made by ``Create_contiguous``)."""
+        return not self._derived
 
     @property
     def is_named(self) -> bool:
-        """Always true: only named datatypes exist."""
-        return True
+        """Whether this is a named (predefined) datatype."""
+        return not self._derived
 
     @property
     def typechar(self) -> str:
@@ -168,6 +217,21 @@ SIGNED_LONG: Final = LONG
 SIGNED_LONG_LONG: Final = LONG_LONG
 UNSIGNED_INT: Final = UNSIGNED
 LONG_LONG_INT: Final = LONG_LONG
+
+# Fortran datatypes (default kinds: INTEGER and REAL 4 bytes, LOGICAL a 4-byte integer).
+CHARACTER: Final = _dt("MPI_CHARACTER", "c", "S1")
+LOGICAL: Final = _dt("MPI_LOGICAL", "i4")
+INTEGER: Final = _dt("MPI_INTEGER", "i4")
+REAL: Final = _dt("MPI_REAL", "f4")
+DOUBLE_PRECISION: Final = _dt("MPI_DOUBLE_PRECISION", "f8")
+INTEGER1: Final = _dt("MPI_INTEGER1", "i1")
+INTEGER2: Final = _dt("MPI_INTEGER2", "i2")
+INTEGER4: Final = _dt("MPI_INTEGER4", "i4")
+INTEGER8: Final = _dt("MPI_INTEGER8", "i8")
+REAL4: Final = _dt("MPI_REAL4", "f4")
+REAL8: Final = _dt("MPI_REAL8", "f8")
+COMPLEX8: Final = _dt("MPI_COMPLEX8", "F")
+COMPLEX16: Final = _dt("MPI_COMPLEX16", "D")
 
 # Type codes (buffer-protocol format characters, numpy characters, mpi4py codes).
 _BY_CODE: Final[dict[str, Datatype]] = {
@@ -281,4 +345,6 @@ DATATYPES: Final[tuple[Datatype, ...]] = (
     INT8_T, INT16_T, INT32_T, INT64_T, UINT8_T, UINT16_T, UINT32_T, UINT64_T,
     C_FLOAT_COMPLEX, C_DOUBLE_COMPLEX, C_LONG_DOUBLE_COMPLEX, COMPLEX, DOUBLE_COMPLEX,
     AINT, OFFSET, COUNT, SHORT_INT, TWOINT, LONG_INT, FLOAT_INT, DOUBLE_INT, LONG_DOUBLE_INT,
+    CHARACTER, LOGICAL, INTEGER, REAL, DOUBLE_PRECISION, INTEGER1, INTEGER2, INTEGER4, INTEGER8,
+    REAL4, REAL8, COMPLEX8, COMPLEX16,
 )  # fmt: skip

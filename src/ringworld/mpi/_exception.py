@@ -25,6 +25,20 @@ ERR_INTERN = 16
 ERR_IN_STATUS = 17
 ERR_PENDING = 18
 ERR_REQUEST = 19
+ERR_TOPOLOGY = 10
+ERR_DIMS = 11
+ERR_INFO = 28
+ERR_INFO_KEY = 29
+ERR_INFO_VALUE = 30
+ERR_INFO_NOKEY = 31
+ERR_NO_MEM = 34
+ERR_NOT_SAME = 35
+ERR_UNSUPPORTED_OPERATION = 44
+ERR_KEYVAL = 48
+ERR_SIZE = 51
+ERR_PROC_ABORTED = 76
+ERR_VALUE_TOO_LARGE = 77
+ERR_ERRHANDLER = 80
 ERR_LASTCODE = 1073741823
 
 _ERROR_STRINGS: dict[int, str] = {
@@ -46,6 +60,20 @@ _ERROR_STRINGS: dict[int, str] = {
     ERR_IN_STATUS: "See the MPI_ERROR field in MPI_Status for the error code",
     ERR_PENDING: "Pending request (no error)",
     ERR_REQUEST: "Invalid MPI_Request",
+    ERR_TOPOLOGY: "Invalid topology",
+    ERR_DIMS: "Invalid dimension argument",
+    ERR_INFO: "Invalid MPI_Info",
+    ERR_INFO_KEY: "Invalid key for MPI_Info",
+    ERR_INFO_VALUE: "Invalid MPI_Info value",
+    ERR_INFO_NOKEY: "MPI_Info key is not defined",
+    ERR_NO_MEM: "Out of memory",
+    ERR_NOT_SAME: "Collective argument not identical on all processes",
+    ERR_UNSUPPORTED_OPERATION: "Unsupported operation",
+    ERR_KEYVAL: "Invalid keyval",
+    ERR_SIZE: "Invalid size argument",
+    ERR_PROC_ABORTED: "Process aborted",
+    ERR_VALUE_TOO_LARGE: "Value is too large to store",
+    ERR_ERRHANDLER: "Invalid errhandler",
 }
 
 
