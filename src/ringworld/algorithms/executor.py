@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from ringworld.algorithms.schedule import COPY, Schedule
-from ringworld.comm.engine import RECV_SPIN
+from ringworld.comm.engine import RECV_SPIN, SEQ_MASK, SIG_SHIFT
 from ringworld.comm.ops import Op
 from ringworld.comm.requests import RecvRequest, Request
 
@@ -77,14 +77,17 @@ class CollectiveRequest(Request[T]):
 
     def __init__(self, comm: Communicator, sched: Schedule, arrays: Sequence[Array],
                  op: Op | None, what: str | tuple[str, str], scratch: Scratch | None = None,
-                 finish: Callable[[], T] | None = None, *, inline: bool = False) -> None:
+                 finish: Callable[[], T] | None = None, *, inline: bool = False,
+                 sig: int = 0) -> None:
         super().__init__(comm._engine)
         self._comm = comm
         self._steps = sched.steps
         self._op = op
         self._finish = finish
         self.what = what
-        self._tag = comm.next_seq()
+        # the call's signature rides in the tag's high bits: the engine fails a receive whose
+        # peer sent the same sequence number with another signature (MismatchError)
+        self._tag = comm.next_seq() | (sig << SIG_SHIFT)
         arrs = list(arrays)
         while len(arrs) < 3:
             arrs.append(_NO_DATA)
@@ -290,7 +293,7 @@ class CollectiveRequest(Request[T]):
         if not isinstance(what, str):  # (collective, algorithm): sized only when needed
             nbytes = max((a.nbytes for a in self._arrays if a is not _NO_DATA), default=0)
             what = f"{what[0]} ({what[1]}, {nbytes} bytes)"
-        return (f"{what} #{self._tag} on {self._comm.name} (rank {self._comm.rank} of "
+        return (f"{what} #{self._tag & SEQ_MASK} on {self._comm.name} (rank {self._comm.rank} of "
                 f"{self._comm.size}), step {self._i + 1} of {len(self._steps)}"
                 + (f", waiting for rank(s) {who}" if who else ""))
 

@@ -48,6 +48,7 @@ __all__ = ["IN_PLACE", "UNDEFINED", "Communicator"]
 
 OpLike = Op | str
 _CHECKED_OPS: dict[tuple[OpLike, np.dtype[Any]], Op] = {}  # (op, dtype) pairs known valid
+_SIGNATURES: dict[tuple[Any, ...], int] = {}  # call signature -> its 16-bit hash
 
 
 class Communicator(ObjectCollectives):
@@ -109,13 +110,14 @@ class Communicator(ObjectCollectives):
             finish: Callable[[], None] | None = None) -> Request[None]:
         sched = registry.build(collective, algo, spec)  # cached: schedules are pure
         what = (collective, algo)  # described with its size only if an error needs it
+        sig = self._signature(collective, algo, spec, arrays, op)
         if blocking:
             if sched.steps:
                 scratch = self._scratch
                 if scratch is None:
                     scratch = self._scratch = executor.Scratch()
                 req: executor.CollectiveRequest[None] = executor.CollectiveRequest(
-                    self, sched, arrays, op, what, scratch, finish, inline=True)
+                    self, sched, arrays, op, what, scratch, finish, inline=True, sig=sig)
                 req.run_inline(timeout)
             else:
                 self.next_seq()
@@ -128,8 +130,30 @@ class Communicator(ObjectCollectives):
                 finish()
             return CompletedRequest(self._engine, None)
         nb: executor.CollectiveRequest[None] = executor.CollectiveRequest(
-            self, sched, arrays, op, what, None, finish)
+            self, sched, arrays, op, what, None, finish, sig=sig)
         return nb
+
+    def _signature(self, collective: str, algo: str, spec: Spec, arrays: Sequence[Array],
+                   op: Op | None) -> int:
+        """A 16-bit hash of what every rank must agree on in this call, carried in the tags of
+        its messages so that a disagreement fails as MismatchError instead of hanging or
+        corrupting (the engine compares it with the peer's). Cost: one dict lookup."""
+        # per-rank sizes of the v/w variants legitimately differ; everything else must agree
+        varying = collective.endswith(("v", "w")) or spec.counts is not None
+        dtype = None
+        if arrays and collective != "alltoallw":
+            dtype = (arrays[1] if collective.startswith("scatter") else arrays[0]).dtype
+        key = (collective, algo, -1 if varying else spec.n, spec.root, dtype,
+               "" if op is None else op.name)
+        found = _SIGNATURES.get(key)
+        if found is None:
+            text = (f"{collective}(algorithm={algo}, count={'per rank' if varying else spec.n},"
+                    f" dtype={dtype}, op={key[5] or '-'}, root={spec.root})")
+            found = (zlib.crc32(text.encode()) & 0xFFFF) | 1
+            if len(_SIGNATURES) < 4096:
+                _SIGNATURES[key] = found
+            self._engine.signatures[found] = text
+        return found
 
     def _op(self, op: OpLike, *bufs: Array) -> Op:
         for b in bufs:

@@ -14,6 +14,7 @@ later call.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections import defaultdict
@@ -21,7 +22,15 @@ from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from ringworld.comm.requests import ANY_SOURCE, ANY_TAG, RecvRequest
-from ringworld.errors import CommBroken, CommRevoked, PeerFailure, Timeout, TransportError
+from ringworld.errors import (
+    CommBroken,
+    CommRevoked,
+    MismatchError,
+    PeerFailure,
+    RingworldError,
+    Timeout,
+    TransportError,
+)
 from ringworld.transport.base import BufferedIncoming, Incoming, SendHandle, Transport
 
 FAST_POLLS = 32          # polls before the first clock read
@@ -31,6 +40,8 @@ SPIN_POLLS_CROWDED = 64  # ... when the job's ranks outnumber this host's CPUs
 YIELD_POLLS = 200        # polls with sched_yield before sleeping
 SLEEP_SLICE = 0.005      # longest single sleep: bounds a lost doorbell wake-up
 CHECK_PEERS_EVERY = 0.05  # seconds between liveness checks while spinning
+SIG_SHIFT = 32           # collective tags: sequence number | call signature << SIG_SHIFT
+SEQ_MASK = (1 << SIG_SHIFT) - 1
 WORLD_CONTEXT = 0        # contexts 0/1: the world communicator (point-to-point, collective)
 SELF_CONTEXT = 2         # contexts 2/3: the self communicator
 FIRST_FREE_CONTEXT = 4
@@ -78,7 +89,10 @@ class Engine:
         self.revoked: dict[int, CommRevoked] = {}  # context -> why (read by requests' done)
         # revocations the monitor found: (contexts, member world ranks, error)
         self.remote_revocations: list[tuple[tuple[int, ...], frozenset[int], CommRevoked]] = []
+        self.remote_mismatches: list[tuple[int, int, MismatchError]] = []  # (context, seq, why)
         self.ft: Any = None  # the job's fault-tolerance service (store based), if any
+        self.signatures: dict[int, str] = {}  # collective call signature hash -> description
+        self._mismatched: list[tuple[RecvRequest[Any], int, int]] = []  # found while polling
         self.explain: Callable[[str], str] | None = None  # the monitor's job-wide diagnosis
 
     # ------------------------------------------------------------------ contexts
@@ -110,6 +124,8 @@ class Engine:
                     del posted[i]
                     r.bind(inc)
                     return
+            if inc.tag > SEQ_MASK:  # a signed collective message nobody takes: a mismatch?
+                self._check_signatures(inc.context, inc.source, inc.tag, posted)
         self.unexpected[inc.context].append(inc.detach())
 
     def post(self, req: RecvRequest[Any]) -> None:
@@ -126,7 +142,70 @@ class Engine:
             if i >= 0:
                 req.bind(unexpected.pop(i))
                 return
+            if req.tag > SEQ_MASK:  # another signature for the same call, from anyone
+                seq = req.tag & SEQ_MASK
+                for m in unexpected:
+                    if m.tag & SEQ_MASK == seq and m.tag > SEQ_MASK and m.tag != req.tag:
+                        self._mismatch(req, m.tag, m.source)
+                        return
         self.posted[req.context].append(req)
+
+    def _check_signatures(self, context: int, source: int, tag: int,
+                          posted: list[RecvRequest[Any]]) -> None:
+        """Fail a receive of the same collective call (sequence number) as ``tag`` posted with
+        another call signature: every rank must call collective #n with the same one."""
+        seq = tag & SEQ_MASK
+        for i, r in enumerate(posted):
+            if r.tag & SEQ_MASK == seq and r.tag > SEQ_MASK and r.tag != tag:
+                del posted[i]
+                self._mismatch(r, tag, source)
+                return
+
+    def _mismatch(self, req: RecvRequest[Any], theirs: int, sender: int) -> None:
+        """Note that ``req`` met ``sender``'s message of another call; :meth:`progress` fails
+        it."""
+        self._mismatched.append((req, theirs, sender))
+
+    def _fail_mismatched(self) -> None:
+        """Fail the receives that met another call's message with a MismatchError showing both
+        ranks' call signatures, after telling each peer (a message of this call's signature,
+        which fails its receive in turn: it may be waiting for nothing from this rank)."""
+        found, self._mismatched = self._mismatched, []
+        for req, _, sender in found:
+            for peer in {req.source, sender}:
+                with contextlib.suppress(TransportError):  # the peer may be gone already
+                    self.isend(peer, req.context, req.tag, 0, [], 0)
+        for req, theirs, sender in found:
+            seq = req.tag & SEQ_MASK
+            sig, other_sig = req.tag >> SIG_SHIFT, theirs >> SIG_SHIFT
+            mine = self.signatures.get(sig, f"signature {sig:04x}")
+            other = self.signatures.get(other_sig)
+            if other is None and self.ft is not None:  # ask the peer through the job store
+                other = self.ft.exchange_signature(req.context, seq, sender, mine)
+            if other is None:
+                other = f"another call (signature {other_sig:04x})"
+            name = self.comm_names.get(req.context, f"context {req.context}")
+            text = (f"collective mismatch on {name}, call #{seq}: world rank {self.rank} "
+                    f"called {mine}, but world rank {sender} called {other}")
+            req._error = MismatchError(text)
+            req._done = True
+            if self.ft is not None:  # the other members waiting in this call fail too
+                with contextlib.suppress(RingworldError):
+                    self.ft.publish_mismatch(req.context, seq, text)
+
+    def fail_call(self, context: int, seq: int, exc: BaseException) -> None:
+        """Fail the posted receives of collective call ``seq`` on ``context`` with ``exc``."""
+        posted = self.posted.get(context)
+        if not posted:
+            return
+        keep = []
+        for r in posted:
+            if r.tag & SEQ_MASK == seq and r.tag > SEQ_MASK:
+                r._error = exc
+                r._done = True
+            else:
+                keep.append(r)
+        posted[:] = keep
 
     def unpost(self, req: RecvRequest[Any]) -> bool:
         """Remove a not-yet-matched receive; return whether it was still posted."""
@@ -202,6 +281,9 @@ class Engine:
             except TransportError as exc:
                 self._break(exc)
                 raise
+        if self._mismatched:
+            self._fail_mismatched()
+            did = True
         if self.background:
             for advance in tuple(self.background):
                 advance()
@@ -256,6 +338,8 @@ class Engine:
             exc = self.remote_failures.pop()
             self.reported.add(exc.rank)
             self._peer_failed(exc)
+        while self.remote_mismatches:
+            self.fail_call(*self.remote_mismatches.pop())
         while self.remote_revocations:
             contexts, members, why = self.remote_revocations.pop()
             if self.rank in members:

@@ -25,7 +25,14 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from ringworld.errors import CommError, CommRevoked, PeerFailure, RingworldError, Timeout
+from ringworld.errors import (
+    CommError,
+    CommRevoked,
+    MismatchError,
+    PeerFailure,
+    RingworldError,
+    Timeout,
+)
 from ringworld.store.base import Store
 
 WATCHERS = 3            # ranks each rank watches (the next ones in rank order)
@@ -64,6 +71,7 @@ class Monitor:
         self._stop = threading.Event()
         self._seen_failures = 0
         self._seen_revocations = 0
+        self._seen_mismatches = 0
         self._declared: set[int] = set()
         self._history: deque[tuple[float, str]] = deque(maxlen=HISTORY)
         self._thread = threading.Thread(target=self._run, name="ringworld-monitor", daemon=True)
@@ -200,7 +208,30 @@ class Monitor:
                     self.engine.revoked.setdefault(c, why)
                 self.engine.remote_revocations.append((contexts, members, why))
 
+        count = store.add(f"{_PREFIX}mismatch/count", 0)
+        while self._seen_mismatches < count:
+            self._seen_mismatches += 1
+            info = _get_json(store, f"{_PREFIX}mismatch/{self._seen_mismatches}")
+            try:
+                context, seq, text = int(info["context"]), int(info["seq"]), str(info["text"])
+            except (KeyError, TypeError, ValueError):
+                continue
+            if int(info.get("by", -1)) != self.rank:
+                self.engine.remote_mismatches.append((context, seq, MismatchError(text)))
+
     # ------------------------------------------------------------------ recovery
+    def publish_mismatch(self, context: int, seq: int, text: str) -> None:
+        """Tell the other ranks that collective ``seq`` on ``context`` mismatched (``text``
+        shows the disagreeing calls); those waiting in it fail with it. Two round trips.
+
+        Raises:
+            StoreError: the store is unreachable.
+        """
+        store = self._require_store()
+        i = store.add(f"{_PREFIX}mismatch/count", 1)
+        store.set(f"{_PREFIX}mismatch/{i}", json.dumps(
+            {"context": context, "seq": seq, "text": text, "by": self.rank}).encode())
+
     def publish_revocation(self, contexts: tuple[int, ...], members: tuple[int, ...],
                            name: str) -> None:
         """Tell every rank that the communicator (``contexts``, ``members``) is revoked.
@@ -273,6 +304,21 @@ class Monitor:
                     raise Timeout(f"agreement {key}: no decision within {timeout:g} s")
         return int(decision["flag"]), [int(r) for r in decision["alive"]], \
             int(decision["context"])
+
+    def exchange_signature(self, context: int, seq: int, peer: int, mine: str) -> str | None:
+        """Publish this rank's description of collective ``seq`` on ``context`` and return
+        ``peer``'s, if it publishes one within 0.5 s (it does when it sees the mismatch too).
+        """
+        store = self._store
+        if store is None:
+            return None
+        prefix = f"{_PREFIX}sig/{context}/{seq}/"
+        try:
+            store.set(f"{prefix}{self.rank}", mine.encode())
+            raw = store.get(f"{prefix}{peer}", timeout=0.5)
+        except RingworldError:
+            return None
+        return raw.decode("utf-8", "replace")
 
     def _require_store(self) -> Store:
         store = self._store

@@ -1,0 +1,90 @@
+"""Mismatch detection on the message path: ranks that disagree on a collective call (which
+collective, count, dtype, op, root) all get a MismatchError showing the disagreeing calls,
+instead of a hang or garbage. (The shared-memory path checks the same at its first sync.)"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.timeout(120)
+
+PROGRAM = """
+import sys, time
+import numpy as np
+import ringworld
+
+comm = ringworld.init()
+kind, r = sys.argv[1], comm.rank
+odd = r == 1
+try:
+    if kind == "count":
+        n = 12 if odd else 10
+        comm.allreduce(np.ones(n), np.empty(n), algorithm="ring", timeout=20)
+    elif kind == "collective":
+        if odd:
+            comm.bcast(np.ones(8), root=0, algorithm="binomial", timeout=20)
+        else:
+            comm.allreduce(np.ones(8), np.empty(8), algorithm="recursive_doubling", timeout=20)
+    elif kind == "dtype":
+        a = np.ones(8, dtype=np.float32 if odd else np.float64)
+        comm.allgather(a, np.empty(8 * comm.size, a.dtype), algorithm="ring", timeout=20)
+    elif kind == "op":
+        op = ringworld.MAX if odd else ringworld.SUM
+        comm.allreduce(np.ones(8), np.empty(8), op, algorithm="recursive_doubling", timeout=20)
+    elif kind == "root":
+        comm.bcast(np.ones(8), root=1 if r == 2 else 0, algorithm="binomial", timeout=20)
+    print(f"rank {r}: ok", flush=True)
+except ringworld.MismatchError as exc:
+    print(f"rank {r}: mismatch: {exc}", flush=True)
+time.sleep(1)  # stay until the others have seen it too
+"""
+
+SIGNATURE = (r"(allreduce|bcast|allgather)\(algorithm=\w+, count=\d+, dtype=\w+, op=[\w-]+, "
+             r"root=\d\)")
+
+
+def _run(tmp_path: Path, kind: str, n: int, transport: str) -> str:
+    prog = tmp_path / "prog.py"
+    prog.write_text(textwrap.dedent(PROGRAM))
+    r = subprocess.run([sys.executable, "-m", "ringworld", "run", "-n", str(n), "--transport",
+                        transport, str(prog), kind], capture_output=True, text=True,
+                       timeout=100, check=False, stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+@pytest.mark.parametrize("kind", ["count", "collective", "dtype", "op"])
+def test_two_ranks_that_disagree_both_see_both_calls(tmp_path: Path, kind: str,
+                                                     transport: str) -> None:
+    out = _run(tmp_path, kind, 2, transport)
+    for rank in (0, 1):
+        m = re.search(rf"rank {rank}: mismatch: collective mismatch on world, call #0: "
+                      rf"world rank {rank} called ({SIGNATURE}), but world rank {1 - rank} "
+                      rf"called ({SIGNATURE})", out)
+        assert m, out
+        assert m.group(1) != m.group(3)  # the two calls shown differ
+    if kind == "count":
+        assert "count=10" in out and "count=12" in out
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_every_rank_waiting_in_the_call_fails(tmp_path: Path, transport: str) -> None:
+    out = _run(tmp_path, "count", 4, transport)
+    lines = {int(m.group(1)): m.group(2) for m in re.finditer(r"rank (\d): (.*)", out)}
+    assert sorted(lines) == [0, 1, 2, 3], out
+    for line in lines.values():  # the two disagreeing calls, even on ranks not involved
+        assert line.startswith("mismatch: collective mismatch on world, call #0:"), out
+        assert "count=10" in line and ("count=12" in line or "signature" in line), out
+
+
+def test_a_root_disagreement_fails_the_rank_that_would_hang(tmp_path: Path) -> None:
+    out = _run(tmp_path, "root", 3, "tcp")
+    assert re.search(r"rank 2: mismatch: .*world rank 2 called bcast\(.*root=1\), but world "
+                     r"rank \d called", out), out
