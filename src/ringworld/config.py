@@ -10,6 +10,7 @@ Variables (all optional; the launcher sets the first five for every rank):
 ``RINGWORLD_TRANSPORT``   ``auto`` (default), ``shm`` or ``tcp``.
 ``RINGWORLD_TIMEOUT``     default timeout in seconds for blocking calls (default: none).
 ``RINGWORLD_BIND``        address TCP listeners bind to (default ``127.0.0.1``).
+``RINGWORLD_TCP_CHECKSUM`` ``1``: a CRC-32 on every TCP frame catches corruption in transit.
 ``RINGWORLD_SHM_RING_BYTES``  bytes per shared-memory ring (default: sized from the world).
 ``RINGWORLD_EAGER_BYTES`` largest message sent without a rendezvous handshake.
 ``RINGWORLD_ALGORITHMS``  forced collective algorithms, e.g. ``allreduce:ring,bcast:binomial``.
@@ -45,6 +46,7 @@ class Config:
     tuning_file: str | None = None
     trace: str | None = None
     liveness_timeout: float = 20.0
+    tcp_checksum: bool = False
 
     @property
     def launched(self) -> bool:
@@ -60,6 +62,15 @@ def _int(env: Mapping[str, str], name: str, default: int | None) -> int | None:
         return int(raw)
     except ValueError:
         raise ConfigError(f"{name}={raw!r} is not an integer") from None
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    raw = (env.get(name) or "0").strip().lower()
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{name}={raw!r} must be 1 or 0")
 
 
 def _read_secret(env: Mapping[str, str]) -> bytes:
@@ -148,6 +159,7 @@ def from_env(env: Mapping[str, str] | None = None) -> Config:
         tuning_file=e.get("RINGWORLD_TUNING_FILE") or None,
         trace=e.get("RINGWORLD_TRACE") or None,
         liveness_timeout=liveness,
+        tcp_checksum=_flag(e, "RINGWORLD_TCP_CHECKSUM"),
     )
 
 

@@ -46,7 +46,7 @@ def _make_transport(cfg: _config.Config, kind: str, store: Store) -> Transport:
         from ringworld.transport.tcp import TcpTransport
 
         return TcpTransport.create(cfg.rank, cfg.size, store, cfg.secret, bind=cfg.bind,
-                                   timeout=BOOTSTRAP_TIMEOUT)
+                                   timeout=BOOTSTRAP_TIMEOUT, checksum=cfg.tcp_checksum)
     from ringworld.transport.shm import ShmTransport
 
     return ShmTransport.create(cfg.rank, cfg.size, store, cfg.job_id,

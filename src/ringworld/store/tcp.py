@@ -1,10 +1,12 @@
 """The authenticated TCP store: a server thread the launcher runs, and a client per rank.
 
-Every connection first passes :func:`ringworld.auth.accept_handshake` (done in a short-lived
-thread with a socket timeout, so a silent or hostile connection cannot stall anyone); only then
-does the server read requests, in one selector thread that serves every client without blocking:
-``get``/``wait`` on a missing key park the request server-side until the key is set or the
-timeout passes.
+One selector thread serves everything without blocking. Every accepted connection first runs
+the authentication handshake (:class:`ringworld.auth.AcceptHandshake`, non-blocking) under a
+deadline of :data:`HANDSHAKE_TIMEOUT` seconds; at most :data:`MAX_PENDING_HANDSHAKES` may be
+pending, and a new arrival beyond that sheds the oldest pending one, so neither idle nor flooding
+unauthenticated clients can starve a real one (whose handshake takes one round trip). Only an
+authenticated connection has its requests read: ``get``/``wait`` on a missing key park the
+request server-side until the key is set or the timeout passes.
 
 Wire format (version :data:`VERSION`, all integers little-endian, one request in flight per
 connection)::
@@ -17,7 +19,9 @@ connection)::
 
 Every length is checked against :data:`MAX_KEY_BYTES`, :data:`MAX_KEYS_BYTES`,
 :data:`MAX_WAIT_KEYS` and :data:`MAX_VALUE_BYTES` before anything is allocated for it; a frame
-that breaks a bound or the magic closes that connection only.
+that breaks a bound or the magic closes that connection only (the reason is logged as a warning
+on the ``ringworld.store.tcp`` logger and counted in :meth:`TCPStoreServer.stats`); the server
+keeps serving everyone else.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import heapq
 import itertools
+import logging
 import math
 import selectors
 import socket
@@ -36,7 +41,7 @@ from collections.abc import Sequence
 from types import TracebackType
 
 from ringworld._sockutil import consume_sent, recv_exact
-from ringworld.auth import accept_handshake, connect_handshake
+from ringworld.auth import AcceptHandshake, connect_handshake, listen_host
 from ringworld.errors import AuthenticationError, StoreError, StoreTimeout
 from ringworld.store.base import Store
 from ringworld.store.memory import (
@@ -47,33 +52,63 @@ from ringworld.store.memory import (
     parse_counter,
     timeout_message,
 )
+from ringworld.store.wire import (
+    MAX_KEY_BYTES,
+    MAX_KEYS_BYTES,
+    MAX_VALUE_BYTES,
+    MAX_WAIT_KEYS,
+    OP_ADD,
+    OP_GET,
+    OP_NAMES,
+    OP_SET,
+    OP_WAIT,
+    REQUEST,
+    REQUEST_MAGIC,
+    RESPONSE,
+    RESPONSE_MAGIC,
+    STATUS_ERROR,
+    STATUS_OK,
+    STATUS_TIMEOUT,
+    VERSION,
+    ProtocolError,
+    VersionMismatch,
+    decode_keys,
+    parse_key_lengths,
+    parse_request_header,
+    parse_response_header,
+)
 
-VERSION = 1
-REQUEST_MAGIC = 0x51535752  # b"RWSQ"
-RESPONSE_MAGIC = 0x50535752  # b"RWSP"
-REQUEST = struct.Struct("<IHHIQdq")
-RESPONSE = struct.Struct("<IHHQq")
-
-OP_SET, OP_GET, OP_ADD, OP_WAIT = 1, 2, 3, 4
-STATUS_OK, STATUS_TIMEOUT, STATUS_ERROR = 0, 1, 2
-_OP_NAMES = {OP_SET: "set", OP_GET: "get", OP_ADD: "add", OP_WAIT: "wait"}
-
-MAX_KEY_BYTES = 4096
-MAX_WAIT_KEYS = 65536
-MAX_KEYS_BYTES = 4 << 20
-MAX_VALUE_BYTES = 64 << 20
 _I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
 
 #: seconds an accepted connection gets to complete the authentication handshake.
 HANDSHAKE_TIMEOUT = 5.0
-#: connections that may be authenticating at once; more are closed on arrival.
-MAX_PENDING_HANDSHAKES = 1024
+#: connections that may be authenticating at once; an arrival beyond this sheds the oldest.
+MAX_PENDING_HANDSHAKES = 128
+_ACCEPTS_PER_WAKEUP = 256
 _IOV_BATCH = 64
+#: counters of :meth:`TCPStoreServer.stats`.
+STAT_NAMES = ("authenticated", "auth_failed", "handshake_timeouts", "handshakes_shed",
+              "protocol_errors", "requests")
 _REQUESTS_PER_WAKEUP = 64
 
 
 class _ProtocolError(Exception):
-    """A client broke the wire protocol; its connection is dropped."""
+    """A client broke the wire protocol; its connection is dropped (and the reason logged)."""
+
+
+_log = logging.getLogger(__name__)
+
+
+def _peer_name(sock: socket.socket) -> str:
+    try:
+        host, port = sock.getpeername()[:2]
+    except OSError:
+        return "a closed client"
+    return f"{host}:{port}"
+
+
+class _ClientGone(Exception):
+    """The client closed its connection."""
 
 
 class _Waiter:
@@ -137,20 +172,32 @@ class TCPStoreServer:
     or ``wait`` costs nothing until a key it waits for is set or its timeout passes.
     """
 
-    def __init__(self, secret: bytes, host: str = "127.0.0.1", port: int = 0) -> None:
-        """Prepare (but do not bind) a server. Raises ``ValueError`` for an empty ``secret``."""
-        if not isinstance(secret, bytes | bytearray) or not secret:
-            raise ValueError("the store secret must be non-empty bytes")
+    def __init__(
+        self, secret: bytes, host: str = "127.0.0.1", port: int = 0, *,
+        handshake_timeout: float = HANDSHAKE_TIMEOUT,
+        max_pending: int = MAX_PENDING_HANDSHAKES,
+    ) -> None:
+        """Prepare (but do not bind) a server on ``host`` (``""``: loopback).
+
+        Raises:
+            ValueError: ``secret`` is empty (or too short for a non-loopback ``host``, see
+                :func:`ringworld.auth.listen_host`), or a limit is not positive.
+        """
+        self._host = listen_host(host, secret)
+        if not handshake_timeout > 0 or max_pending < 1:
+            raise ValueError(f"handshake_timeout={handshake_timeout!r} and "
+                             f"max_pending={max_pending!r} must be positive")
         self._secret = bytes(secret)
-        self._host = host
         self._port = port
+        self._handshake_timeout = float(handshake_timeout)
+        self._max_pending = int(max_pending)
         self._address: tuple[str, int] | None = None
         self._lock = threading.Lock()
         self._closed = False
         self._thread: threading.Thread | None = None
-        self._handshaking: set[socket.socket] = set()
-        self._handshake_threads: set[threading.Thread] = set()
-        self._ready: list[socket.socket] = []
+        # socket -> handshake, oldest first (all share one timeout, so also by deadline)
+        self._pending: dict[socket.socket, AcceptHandshake] = {}
+        self._stats = dict.fromkeys(STAT_NAMES, 0)
         self._data: dict[str, bytes | bytearray] = {}
         self._waiters: dict[str, list[_Waiter]] = {}
         self._deadlines: list[tuple[float, int, _Waiter]] = []
@@ -201,6 +248,12 @@ class TCPStoreServer:
             raise RuntimeError("TCPStoreServer.address is known only after start()")
         return self._address
 
+    def stats(self) -> dict[str, int]:
+        """Counters since start (names in :data:`STAT_NAMES`): connections authenticated,
+        refused for a wrong secret or a broken handshake, timed out or shed while
+        authenticating, dropped for a protocol error, and requests served. Cost: O(1)."""
+        return dict(self._stats)
+
     def close(self) -> None:
         """Stop serving: close every connection and the listener, join the thread; idempotent.
 
@@ -210,16 +263,9 @@ class TCPStoreServer:
             if self._closed:
                 return
             self._closed = True
-            for sock in self._handshaking:
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
             self._wake_locked()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join()
-        with self._lock:
-            threads = list(self._handshake_threads)
-        for t in threads:
-            t.join()
 
     def __enter__(self) -> TCPStoreServer:
         return self
@@ -236,46 +282,77 @@ class TCPStoreServer:
             with contextlib.suppress(OSError):
                 self._wake_w.send(b"\0")
 
-    # ----------------------------------------------------------------- handshake threads
+    # ----------------------------------------------------------------- handshakes
 
     def _accept(self) -> None:
-        assert self._listener is not None
-        while True:
+        assert self._listener is not None and self._sel is not None
+        for _ in range(_ACCEPTS_PER_WAKEUP):
             try:
                 sock, _ = self._listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError:  # e.g. out of descriptors: try again on the next wakeup
                 return
-            with self._lock:
-                if self._closed or len(self._handshaking) >= MAX_PENDING_HANDSHAKES:
-                    sock.close()
-                    continue
-                self._handshaking.add(sock)
-                t = threading.Thread(
-                    target=self._handshake, args=(sock,), name="ringworld-store-auth",
-                    daemon=True)
-                self._handshake_threads.add(t)
-            t.start()
+            if len(self._pending) >= self._max_pending:
+                self._shed_oldest()
+            try:
+                hs = AcceptHandshake(
+                    sock, self._secret, time.monotonic() + self._handshake_timeout)
+            except OSError:
+                sock.close()
+                continue
+            self._pending[sock] = hs
+            self._sel.register(sock, selectors.EVENT_READ, hs)
+            self._step_handshake(hs)
 
-    def _handshake(self, sock: socket.socket) -> None:
-        ok = False
+    def _step_handshake(self, hs: AcceptHandshake) -> None:
         try:
-            sock.settimeout(HANDSHAKE_TIMEOUT)
-            accept_handshake(sock, self._secret)
-            sock.setblocking(False)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            ok = True
-        except (AuthenticationError, OSError):
-            pass
-        with self._lock:
-            self._handshaking.discard(sock)
-            self._handshake_threads.discard(threading.current_thread())
-            if ok and not self._closed:
-                self._ready.append(sock)
-                self._wake_locked()
-                return
+            done = hs.advance()
+        except AuthenticationError:
+            self._end_handshake(hs.sock, "auth_failed")
+            return
+        except OSError:
+            self._end_handshake(hs.sock, "auth_failed")
+            return
+        assert self._sel is not None
+        if not done:
+            self._sel.modify(hs.sock, selectors.EVENT_READ | (
+                selectors.EVENT_WRITE if hs.wants_write else 0), hs)
+            return
+        self._sel.unregister(hs.sock)
+        del self._pending[hs.sock]
+        self._stats["authenticated"] += 1
+        try:
+            hs.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:
+            hs.sock.close()
+            return
+        conn = _Conn(hs.sock)
+        self._conns.add(conn)
+        self._update(conn)
+
+    def _shed_oldest(self) -> None:
+        """Make room: finish the oldest handshake if its reply is already here, else drop it."""
+        sock, hs = next(iter(self._pending.items()))
+        self._step_handshake(hs)
+        if sock in self._pending:
+            self._end_handshake(sock, "handshakes_shed")
+
+    def _end_handshake(self, sock: socket.socket, reason: str) -> None:
+        """Close a pending handshake's connection and count it under ``reason``."""
+        del self._pending[sock]
+        self._stats[reason] += 1
+        if self._sel is not None:
+            self._sel.unregister(sock)
         sock.close()
+
+    def _expire_handshakes(self) -> None:
+        now = time.monotonic()
+        while self._pending:
+            sock, hs = next(iter(self._pending.items()))
+            if hs.deadline > now:
+                return
+            self._end_handshake(sock, "handshake_timeouts")
 
     # ----------------------------------------------------------------- the serving thread
 
@@ -285,43 +362,45 @@ class TCPStoreServer:
         try:
             while not self._closed:
                 for key, mask in sel.select(self._select_timeout()):
-                    if key.data == "listener":
+                    data = key.data
+                    if isinstance(data, _Conn):
+                        self._service(data, mask)
+                    elif isinstance(data, AcceptHandshake):
+                        if data.sock in self._pending:
+                            self._step_handshake(data)
+                    elif data == "listener":
                         self._accept()
-                    elif key.data == "wakeup":
-                        self._adopt()
                     else:
-                        self._service(key.data, mask)
+                        self._drain_wakeups()
                 self._expire()
+                self._expire_handshakes()
         finally:
             self._teardown()
 
     def _select_timeout(self) -> float | None:
         while self._deadlines and not self._deadlines[0][2].active:
             heapq.heappop(self._deadlines)
-        if not self._deadlines:
+        first = self._deadlines[0][0] if self._deadlines else math.inf
+        if self._pending:
+            first = min(first, next(iter(self._pending.values())).deadline)
+        if first == math.inf:
             return None
-        return max(0.0, self._deadlines[0][0] - time.monotonic())
+        return max(0.0, first - time.monotonic())
 
-    def _adopt(self) -> None:
+    def _drain_wakeups(self) -> None:
         assert self._wake_r is not None
         try:
             while self._wake_r.recv(4096):
                 pass
         except (BlockingIOError, InterruptedError):
             pass
-        with self._lock:
-            ready, self._ready = self._ready, []
-        for sock in ready:
-            conn = _Conn(sock)
-            self._conns.add(conn)
-            self._update(conn)
 
     def _teardown(self) -> None:
         with self._lock:
             self._closed = True
-            ready, self._ready = self._ready, []
-        for sock in ready:
+        for sock in list(self._pending):
             sock.close()
+        self._pending.clear()
         for conn in list(self._conns):
             self._drop(conn)
         if self._sel is not None:
@@ -373,7 +452,13 @@ class TCPStoreServer:
                 self._flush(conn)
             if mask & selectors.EVENT_READ and not conn.closed:
                 self._read(conn)
-        except (OSError, _ProtocolError):
+        except _ProtocolError as exc:
+            # Only authenticated clients get here, so logging each one cannot be used to flood.
+            self._stats["protocol_errors"] += 1
+            _log.warning("store %s:%d: dropped the connection from %s: protocol error: %s",
+                         *self.address, _peer_name(conn.sock), exc)
+            self._drop(conn)
+        except (OSError, _ClientGone):
             self._drop(conn)
 
     def _read(self, conn: _Conn) -> None:
@@ -381,7 +466,7 @@ class TCPStoreServer:
             # A request is parked: watch only for the client going away.
             try:
                 if not conn.sock.recv(1, socket.MSG_PEEK):
-                    raise _ProtocolError("client closed the connection")
+                    raise _ClientGone
             except (BlockingIOError, InterruptedError):
                 return
             conn.paused = True
@@ -395,7 +480,7 @@ class TCPStoreServer:
                 except (BlockingIOError, InterruptedError):
                     return
                 if n == 0:
-                    raise _ProtocolError("client closed the connection")
+                    raise _ClientGone
                 conn.got += n
                 if conn.got < len(conn.target):
                     continue
@@ -404,48 +489,31 @@ class TCPStoreServer:
     def _advance(self, conn: _Conn) -> int:
         """The current stage is complete: validate it and move on. Return 1 per request run."""
         if conn.stage == _HEADER:
-            magic, version, op, nkeys, value_len, timeout, amount = REQUEST.unpack(conn.header)
-            if magic != REQUEST_MAGIC:
-                raise _ProtocolError("bad request magic")
-            if version != VERSION:
-                self._reply(conn, STATUS_ERROR, (
-                    f"store server speaks wire version {VERSION}, client sent {version}"
-                ).encode())
-                raise _ProtocolError("wire version mismatch")
-            if op not in _OP_NAMES:
-                raise _ProtocolError(f"unknown op {op}")
-            if not (1 <= nkeys <= (MAX_WAIT_KEYS if op == OP_WAIT else 1)):
-                raise _ProtocolError(f"bad key count {nkeys}")
-            if value_len > (MAX_VALUE_BYTES if op == OP_SET else 0):
-                raise _ProtocolError(f"bad value length {value_len}")
-            if math.isnan(timeout):
-                raise _ProtocolError("NaN timeout")
-            conn.op, conn.nkeys, conn.value_len = op, nkeys, value_len
-            conn.timeout = -1.0 if timeout < 0 or math.isinf(timeout) else timeout
-            conn.amount = amount
-            conn.expect(_LENS, bytearray(4 * nkeys))
-            return 0
-        if conn.stage == _LENS:
-            lens = struct.unpack(f"<{conn.nkeys}I", conn.target)
-            if max(lens) > MAX_KEY_BYTES or sum(lens) > MAX_KEYS_BYTES:
-                raise _ProtocolError("key too long")
-            conn.lens = lens
-            conn.expect(_KEYS, bytearray(sum(lens)))
-            return 0
-        if conn.stage == _KEYS:
-            raw = bytes(conn.target)
-            keys, pos = [], 0
             try:
-                for n in conn.lens:
-                    keys.append(raw[pos:pos + n].decode("utf-8"))
-                    pos += n
-            except UnicodeDecodeError:
-                raise _ProtocolError("key is not UTF-8") from None
-            conn.keys = keys
-            conn.expect(_VALUE, bytearray(conn.value_len))
+                head = parse_request_header(conn.header)
+            except VersionMismatch as exc:
+                self._reply(conn, STATUS_ERROR, str(exc).encode())  # a client that can say why
+                raise _ProtocolError(str(exc)) from None
+            except ProtocolError as exc:
+                raise _ProtocolError(str(exc)) from None
+            conn.op, conn.nkeys, conn.value_len = head.op, head.nkeys, head.value_len
+            conn.timeout, conn.amount = head.timeout, head.amount
+            conn.expect(_LENS, bytearray(4 * head.nkeys))
             return 0
+        try:
+            if conn.stage == _LENS:
+                conn.lens = parse_key_lengths(conn.target)
+                conn.expect(_KEYS, bytearray(sum(conn.lens)))
+                return 0
+            if conn.stage == _KEYS:
+                conn.keys = decode_keys(conn.target, conn.lens)
+                conn.expect(_VALUE, bytearray(conn.value_len))
+                return 0
+        except ProtocolError as exc:
+            raise _ProtocolError(str(exc)) from None
         value = conn.buf
         conn.expect(_HEADER, conn.header)
+        self._stats["requests"] += 1
         self._execute(conn, value)
         return 1
 
@@ -593,34 +661,35 @@ class TCPStore(Store):
         self._sock = self._connect(bytes(secret))
 
     def _connect(self, secret: bytes) -> socket.socket:
+        """Connect and authenticate, retrying refused or shed connections until the deadline."""
         start = time.monotonic()
         deadline = None if self.timeout is None else start + self.timeout
         delay = 0.01
+        where = f"{self.host}:{self.port}"
         while True:
             left = None if deadline is None else max(deadline - time.monotonic(), 0.001)
+            sock: socket.socket | None = None
             try:
                 sock = socket.create_connection((self.host, self.port), timeout=left)
-                break
+                sock.settimeout(
+                    None if deadline is None else max(deadline - time.monotonic(), 0.5))
+                connect_handshake(sock, secret)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                return sock
+            except AuthenticationError as exc:
+                if sock is not None:
+                    sock.close()
+                raise AuthenticationError(f"store at {where}: {exc}") from exc
             except OSError as exc:
+                # refused (not listening yet), shed before its challenge, or timed out
+                if sock is not None:
+                    sock.close()
                 if deadline is not None and time.monotonic() + delay > deadline:
                     raise StoreError(
-                        f"cannot reach the store at {self.host}:{self.port} within "
+                        f"cannot reach and authenticate with the store at {where} within "
                         f"{self.timeout:g} s: {exc}") from exc
                 time.sleep(delay)
                 delay = min(delay * 2, 0.25)
-        try:
-            sock.settimeout(None if deadline is None else max(deadline - time.monotonic(), 0.5))
-            connect_handshake(sock, secret)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        except AuthenticationError:
-            sock.close()
-            raise
-        except OSError as exc:
-            sock.close()
-            raise StoreError(
-                f"authenticating with the store at {self.host}:{self.port} failed: {exc}"
-            ) from exc
-        return sock
 
     def _request(
         self, op: int, keys: Sequence[str], value: bytes, timeout: float | None, amount: int,
@@ -662,9 +731,9 @@ class TCPStore(Store):
                 _send_all(sock, [memoryview(head), memoryview(value)])
                 status, data, total = self._read_reply(sock)
             except TimeoutError as exc:
-                self._broken = f"no reply to {_OP_NAMES[op]} within {io_timeout} s"
+                self._broken = f"no reply to {OP_NAMES[op]} within {io_timeout} s"
                 raise StoreError(
-                    f"the store at {self.host}:{self.port} did not answer {_OP_NAMES[op]} "
+                    f"the store at {self.host}:{self.port} did not answer {OP_NAMES[op]} "
                     f"within {io_timeout} s") from exc
             except OSError as exc:
                 self._broken = str(exc)
@@ -672,7 +741,7 @@ class TCPStore(Store):
                     raise StoreError(
                         f"the store client for {self.host}:{self.port} is closed") from exc
                 raise StoreError(
-                    f"store request {_OP_NAMES[op]} to {self.host}:{self.port} failed: {exc}"
+                    f"store request {OP_NAMES[op]} to {self.host}:{self.port} failed: {exc}"
                 ) from exc
             except BaseException:
                 self._broken = "a request was interrupted"
@@ -687,17 +756,8 @@ class TCPStore(Store):
             f"store at {self.host}:{self.port}: {data.decode('utf-8', 'replace')}")
 
     def _read_reply(self, sock: socket.socket) -> tuple[int, bytes, int]:
-        magic, version, status, value_len, total = RESPONSE.unpack(
+        status, value_len, total = parse_response_header(
             recv_exact(sock, RESPONSE.size, _SERVER_CLOSED))
-        if magic != RESPONSE_MAGIC:
-            raise ConnectionError("the store sent a reply with a bad magic")
-        if version != VERSION:
-            raise ConnectionError(
-                f"the store speaks wire version {version}, this client {VERSION}")
-        if status not in (STATUS_OK, STATUS_TIMEOUT, STATUS_ERROR):
-            raise ConnectionError(f"the store sent an unknown status {status}")
-        if value_len > MAX_VALUE_BYTES + MAX_KEYS_BYTES:
-            raise ConnectionError(f"the store sent an oversized reply ({value_len} bytes)")
         return status, recv_exact(sock, value_len, _SERVER_CLOSED), total
 
     def set(self, key: str, value: bytes) -> None:

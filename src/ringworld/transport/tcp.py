@@ -3,8 +3,11 @@
 Bootstrap (:meth:`TcpTransport.create`): every rank listens on ``(bind, 0)``, publishes
 ``tcp/addr/<rank>`` in the store, connects to every lower rank and accepts every higher one.
 Each connection is authenticated with the job secret (:mod:`ringworld.auth`) before anything else
-is read; then the connector sends a :data:`HELLO` (its rank and the world size) which the acceptor
-validates and echoes with its own, so both ends know whom they talk to.
+is read; then the connector sends a :data:`HELLO` (its rank, the world size and its options) which
+the acceptor validates and echoes with its own, so both ends know whom they talk to and agree on
+checksums. The listener runs every pending handshake concurrently without blocking, each under
+:data:`HANDSHAKE_TIMEOUT`, at most :data:`MAX_PENDING_HANDSHAKES` at once (an arrival beyond that
+sheds the oldest), so idle or flooding strangers cannot keep the real ranks out.
 
 Framing, per message::
 
@@ -25,6 +28,12 @@ aligned to profit (as the benchmark's are); a send interrupted by a full socket 
 misaligned for its rest if the receiver drained everything meanwhile (rare: the sender retries
 while the tail of what it sent is still queued).
 
+With per-frame checksums on (``checksum=True``; ``RINGWORLD_TCP_CHECKSUM=1``), an 8-byte
+:data:`CHECK` (CRC-32 of the payload, CRC-32 of the header and that) follows the header and the
+lead shrinks to 28 bytes, so alignment is kept. The receiver verifies the header's CRC before it
+trusts any field, and the payload's before it completes the message; a mismatch fails the peer
+with :class:`PeerFailure` ("data corrupted in transit"). Off, the frame path pays one flag test.
+
 Sending gathers ``[header, *segments, trail]`` into one ``sendmsg``; what the kernel does not take
 is queued per peer as memoryview slices (no copies) and pushed by :meth:`TcpTransport.poll`.
 Receiving runs a per-peer state machine: read a header (validated), hand an :class:`Incoming` to
@@ -37,17 +46,19 @@ skipped there.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import selectors
 import socket
 import struct
 import time
+import zlib
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import NoReturn
 
 from ringworld._sockutil import consume_sent, recv_exact
-from ringworld.auth import accept_handshake, connect_handshake
+from ringworld.auth import AcceptHandshake, connect_handshake, listen_host
 from ringworld.errors import (
     AuthenticationError,
     BootstrapError,
@@ -67,10 +78,14 @@ from ringworld.transport.base import (
 )
 
 MAGIC = 0x5752  # b"RW"
-VERSION = 2  # 2: frames padded to FRAME_ALIGN (see the module docstring)
+VERSION = 3  # 2: frames padded to FRAME_ALIGN (see the module docstring); 3: options in HELLO
 HEADER = struct.Struct("<HHIIqQ")
+#: follows the header when checksums are on: CRC-32 of the payload, CRC-32 of header + that.
+CHECK = struct.Struct("<II")
 HELLO_MAGIC = 0x4857  # b"WH"
-HELLO = struct.Struct("<HHII")  # magic, version, rank, world size
+HELLO = struct.Struct("<HHIII")  # magic, version, rank, world size, options
+#: HELLO option bit: per-frame checksums.
+OPT_CHECKSUM = 1
 #: sanity bound on one message; a header claiming more is a protocol error.
 MAX_MESSAGE_BYTES = 1 << 40
 #: SO_SNDBUF requested for every peer socket (the kernel doubles it); the receive buffer is left
@@ -80,7 +95,9 @@ MAX_MESSAGE_BYTES = 1 << 40
 #: bandwidth-delay product of a LAN (2 MiB per round trip).
 SEND_BUFFER_BYTES = 1 << 20
 #: seconds an accepted bootstrap connection gets to authenticate and say hello.
-HANDSHAKE_TIMEOUT = 10.0
+HANDSHAKE_TIMEOUT = 5.0
+#: bootstrap connections that may be authenticating at once; more shed the oldest.
+MAX_PENDING_HANDSHAKES = 128
 #: every frame's length is a multiple of this; large payloads start at this offset in their frame.
 FRAME_ALIGN = 64
 #: payloads at least this big are preceded by lead padding (they are copied by the kernel).
@@ -95,24 +112,44 @@ _READ_BUDGET = 64 << 20  # bytes read from one peer per poll, so one sender cann
 _WANT_HEADER, _WANT_PAYLOAD = 0, 1
 _LEAD = FRAME_ALIGN - HEADER.size
 _LEAD_BYTES = bytes(_LEAD)
+_CHECKED_HEADER = HEADER.size + CHECK.size
+_LEAD_CK = FRAME_ALIGN - _CHECKED_HEADER
+_LEAD_CK_BYTES = bytes(_LEAD_CK)
 _ALIGN_MASK = FRAME_ALIGN - 1
 _TRAILS = [memoryview(bytes(FRAME_ALIGN))[:k] for k in range(FRAME_ALIGN)]
 
 
-def frame_padding(nbytes: int) -> tuple[int, int]:
+def frame_padding(nbytes: int, checksum: bool = False) -> tuple[int, int]:
     """``(lead, trail)`` zero bytes around a payload of ``nbytes`` in its frame (see module doc).
 
     The hot paths (:meth:`TcpTransport.isend`, ``_start_message``) compute the same inline.
     """
-    lead = _LEAD if nbytes >= LEAD_MIN_BYTES else 0
-    return lead, -(HEADER.size + lead + nbytes) & _ALIGN_MASK
+    head = _CHECKED_HEADER if checksum else HEADER.size
+    lead = FRAME_ALIGN - head if nbytes >= LEAD_MIN_BYTES else 0
+    return lead, -(head + lead + nbytes) & _ALIGN_MASK
+
+
+def checked_header(header: bytes, segments: Sequence[memoryview], nbytes: int) -> tuple[bytes, int]:
+    """``header`` followed by its :data:`CHECK` and lead padding, and the trail padding.
+
+    Cost: one CRC-32 pass over the payload.
+    """
+    crc = 0
+    for seg in segments:
+        crc = zlib.crc32(seg, crc)
+    head = header + crc.to_bytes(4, "little")
+    head += zlib.crc32(head).to_bytes(4, "little")
+    if nbytes >= LEAD_MIN_BYTES:
+        return head + _LEAD_CK_BYTES, -nbytes & _ALIGN_MASK
+    return head, -(_CHECKED_HEADER + nbytes) & _ALIGN_MASK
 
 
 class _Peer:
     """Connection state of one peer."""
 
     __slots__ = (
-        "buffered", "deferred", "failed", "handles", "on_done", "queued", "rank", "rend", "rpos",
+        "buffered", "crc", "deferred", "failed", "handles", "on_done", "queued", "rank", "rend",
+        "rpos",
         "sendq", "sent", "skip", "sock", "stage", "stage_view", "state", "target", "tpos",
         "trail", "want_write",
     )
@@ -140,6 +177,7 @@ class _Peer:
         self.on_done: OnDone | None = None
         self.buffered: BufferedIncoming | None = None
         self.deferred: _DeferredIncoming | None = None  # detached, payload not yet read
+        self.crc = 0  # the current payload's CRC-32 (checksums on)
 
 
 class _TcpIncoming(Incoming):
@@ -282,8 +320,11 @@ class TcpTransport(Transport):
 
     name = "tcp"
 
-    def __init__(self, rank: int, sockets: Mapping[int, socket.socket]) -> None:
-        """Take over connected, authenticated ``sockets`` (peer rank -> socket).
+    def __init__(
+        self, rank: int, sockets: Mapping[int, socket.socket], *, checksum: bool = False,
+    ) -> None:
+        """Take over connected, authenticated ``sockets`` (peer rank -> socket); ``checksum``
+        turns per-frame CRC-32 on (every peer must agree; :meth:`create` checks that).
 
         Raises:
             ValueError: ``sockets`` names ``rank`` itself.
@@ -295,6 +336,8 @@ class TcpTransport(Transport):
         self._peers: dict[int, _Peer] = {}
         self._live: list[_Peer] = []
         self._closed = False
+        self._checksum = bool(checksum)
+        self._hsize = _CHECKED_HEADER if checksum else HEADER.size
         for peer_rank in self.peers:
             sock = sockets[peer_rank]
             sock.setblocking(False)
@@ -310,15 +353,19 @@ class TcpTransport(Transport):
     @classmethod
     def create(
         cls, rank: int, size: int, store: Store, secret: bytes, bind: str = "127.0.0.1",
-        timeout: float | None = 60.0,
+        timeout: float | None = 60.0, *, checksum: bool = False,
     ) -> TcpTransport:
         """Connect this rank to every other rank of a ``size``-rank world through ``store``.
+
+        The listener binds ``bind`` (``""``: loopback) only while the world connects.
+        ``checksum`` turns per-frame CRC-32 on; every rank must pass the same.
 
         Cost: one listener, one store ``set`` plus one ``get`` per lower rank, and per peer one
         TCP connection with a 3-message authentication handshake and a hello exchange.
 
         Raises:
-            ValueError: ``rank``/``size``/``secret`` are invalid.
+            ValueError: ``rank``/``size``/``secret`` are invalid (a non-loopback ``bind`` needs the
+                job secret, see :func:`ringworld.auth.listen_host`).
             AuthenticationError: a lower rank's listener failed authentication.
             BootstrapError: a peer did not show up (or could not be reached) within ``timeout``.
             StoreError: the store failed.
@@ -327,10 +374,9 @@ class TcpTransport(Transport):
             raise ValueError(f"rank {rank} is not in a world of size {size}")
         if not secret:
             raise ValueError("the job secret must be non-empty bytes")
+        bind = listen_host(bind, secret)
+        options = OPT_CHECKSUM if checksum else 0
         deadline = None if timeout is None else time.monotonic() + timeout
-
-        def left() -> float | None:
-            return None if deadline is None else max(deadline - time.monotonic(), 0.001)
 
         family = socket.AF_INET6 if ":" in bind else socket.AF_INET
         listener = socket.socket(family, socket.SOCK_STREAM)
@@ -346,16 +392,17 @@ class TcpTransport(Transport):
             if host in ("0.0.0.0", "::"):
                 host = socket.gethostname()
             store.set(f"tcp/addr/{rank}", f"{host}:{port}".encode())
+            hello = _Hello(rank, size, options)
             for peer in range(rank):
-                socks[peer] = _connect_peer(rank, size, peer, store, secret, deadline, timeout)
-            _accept_peers(listener, rank, size, secret, socks, left, timeout)
+                socks[peer] = _connect_peer(hello, peer, store, secret, deadline, timeout)
+            _accept_peers(listener, hello, secret, socks, deadline, timeout)
         except BaseException:
             for sock in socks.values():
                 sock.close()
             raise
         finally:
             listener.close()
-        return cls(rank, socks)
+        return cls(rank, socks, checksum=checksum)
 
     # ----------------------------------------------------------------- sending
 
@@ -393,7 +440,9 @@ class TcpTransport(Transport):
         except struct.error as exc:
             raise ValueError(
                 f"envelope out of range: context={context} tag={tag} flags={flags}") from exc
-        if nbytes >= LEAD_MIN_BYTES:  # frame_padding(), inline
+        if self._checksum:
+            header, trail = checked_header(header, segments, nbytes)
+        elif nbytes >= LEAD_MIN_BYTES:  # frame_padding(), inline
             header += _LEAD_BYTES
             trail = -nbytes & _ALIGN_MASK
         else:
@@ -478,6 +527,7 @@ class TcpTransport(Transport):
         progressed = False
         budget = _READ_BUDGET
         stage = peer.stage_view
+        hsize = self._hsize
         if peer.deferred is not None:  # no receive came for it since the last poll
             peer.deferred.buffer()
         while True:
@@ -495,7 +545,7 @@ class TcpTransport(Transport):
                     progressed = True
                     continue
             if peer.state == _WANT_HEADER:
-                if peer.rend - peer.rpos < HEADER.size:
+                if peer.rend - peer.rpos < hsize:
                     if budget <= 0:
                         return progressed
                     n = self._fill(peer)
@@ -539,21 +589,26 @@ class TcpTransport(Transport):
             self._finish_message(peer)
 
     def _start_message(self, peer: _Peer, deliver: Deliver) -> None:
+        if self._checksum:
+            self._check_header(peer)
         magic, version, flags, context, tag, nbytes = HEADER.unpack_from(peer.stage, peer.rpos)
         if magic != MAGIC or version != VERSION:
             self._fail(peer, f"protocol error: bad frame header (magic {magic:#x}, "
                              f"version {version}; expected {MAGIC:#x}, {VERSION})")
         if nbytes > MAX_MESSAGE_BYTES:
-            self._fail(peer, f"protocol error: message of {nbytes} bytes exceeds the bound")
-        peer.rpos += HEADER.size
+            self._fail(peer, f"protocol error: message of {nbytes} bytes exceeds the bound "
+                             f"({MAX_MESSAGE_BYTES})")
+        hsize = self._hsize
+        peer.rpos += hsize
         if nbytes >= LEAD_MIN_BYTES:  # frame_padding(), inline
             peer.trail = -nbytes & _ALIGN_MASK
-            if peer.rend - peer.rpos >= _LEAD:
-                peer.rpos += _LEAD
+            lead = FRAME_ALIGN - hsize
+            if peer.rend - peer.rpos >= lead:
+                peer.rpos += lead
             else:
-                _drop(peer, _LEAD)
+                _drop(peer, lead)
         else:
-            peer.trail = -(HEADER.size + nbytes) & _ALIGN_MASK
+            peer.trail = -(hsize + nbytes) & _ALIGN_MASK
         incoming = _TcpIncoming(peer, context, tag, flags, nbytes)
         peer.state = _WANT_PAYLOAD
         deliver(incoming)
@@ -561,7 +616,19 @@ class TcpTransport(Transport):
             raise RuntimeError(
                 "the deliver callback must call read_into() or detach() on every message")
 
+    def _check_header(self, peer: _Peer) -> None:
+        """Verify the staged header's CRC (checksums on) and remember the payload's."""
+        at = peer.rpos + HEADER.size
+        crc, check = CHECK.unpack_from(peer.stage, at)
+        if zlib.crc32(peer.stage_view[peer.rpos : at + 4]) != check:
+            self._fail(peer, "data corrupted in transit: frame header checksum mismatch "
+                             "(connection closed)")
+        peer.crc = crc
+
     def _finish_message(self, peer: _Peer) -> None:
+        if self._checksum and peer.target is not None and zlib.crc32(peer.target) != peer.crc:
+            self._fail(peer, f"data corrupted in transit: payload checksum mismatch in a "
+                             f"{len(peer.target)}-byte message (connection closed)")
         peer.state = _WANT_HEADER
         trail = peer.trail
         if trail:
@@ -636,7 +703,7 @@ class TcpTransport(Transport):
         for peer in self._live:
             if peer.deferred is not None:
                 return
-            if peer.state == _WANT_HEADER and peer.rend - peer.rpos >= peer.skip + HEADER.size:
+            if peer.state == _WANT_HEADER and peer.rend - peer.rpos >= peer.skip + self._hsize:
                 return
         self._sel.select(max(timeout, 0.0))
 
@@ -663,21 +730,56 @@ def _size_buffers(sock: socket.socket) -> None:
 _HELLO_CLOSED = "connection closed during the hello exchange"
 
 
-def _check_hello(raw: bytes, size: int) -> int:
-    """Return the rank in a hello, or raise ``ConnectionError`` if it is malformed."""
-    magic, version, rank, peer_size = HELLO.unpack(raw)
-    if magic != HELLO_MAGIC or version != VERSION:
-        raise ConnectionError(f"bad hello (magic {magic:#x}, version {version})")
-    if peer_size != size:
-        raise ConnectionError(f"peer thinks the world has {peer_size} ranks, not {size}")
-    return int(rank)
+class _Hello:
+    """What this rank says in its hello: rank, world size, options."""
+
+    __slots__ = ("options", "rank", "size")
+
+    def __init__(self, rank: int, size: int, options: int) -> None:
+        self.rank, self.size, self.options = rank, size, options
+
+    def pack(self) -> bytes:
+        return HELLO.pack(HELLO_MAGIC, VERSION, self.rank, self.size, self.options)
+
+    def check(self, raw: bytes) -> int:
+        """Return the rank in a peer's hello ``raw``.
+
+        Raises:
+            ConnectionError: the hello is malformed, or disagrees on world size or options.
+        """
+        if len(raw) != HELLO.size:
+            raise ConnectionError(f"bad hello ({len(raw)} bytes, expected {HELLO.size})")
+        magic, version, rank, peer_size, options = HELLO.unpack(raw)
+        if magic != HELLO_MAGIC or version != VERSION:
+            raise ConnectionError(f"bad hello (magic {magic:#x}, version {version}; "
+                                  f"expected {HELLO_MAGIC:#x}, {VERSION})")
+        if peer_size != self.size:
+            raise ConnectionError(f"peer thinks the world has {peer_size} ranks, not {self.size}")
+        if not rank < peer_size or rank == self.rank:
+            raise ConnectionError(f"peer claims rank {rank} in a world of {peer_size}")
+        if options != self.options:
+            raise _OptionsMismatch(
+                f"rank {rank} has per-frame checksums {_onoff(options)}, rank {self.rank} "
+                f"{_onoff(self.options)}: set RINGWORLD_TCP_CHECKSUM alike on every rank")
+        return int(rank)
+
+
+class _OptionsMismatch(ConnectionError):
+    """The peer's hello is fine but its options differ (the acceptor still answers it, so the
+    connector can report the difference too)."""
+
+
+def _onoff(options: int) -> str:
+    return "on" if options & OPT_CHECKSUM else "off"
 
 
 def _connect_peer(
-    rank: int, size: int, peer: int, store: Store, secret: bytes, deadline: float | None,
+    hello: _Hello, peer: int, store: Store, secret: bytes, deadline: float | None,
     timeout: float | None,
 ) -> socket.socket:
-    """Look ``peer`` up in the store, connect (retrying until ``deadline``), authenticate."""
+    """Look ``peer`` up in the store, connect and authenticate (retrying refused or shed
+    connections until ``deadline``), exchange hellos."""
+    rank = hello.rank
 
     def left() -> float | None:
         return None if deadline is None else max(deadline - time.monotonic(), 0.001)
@@ -697,8 +799,12 @@ def _connect_peer(
             _size_buffers(sock)
             sock.settimeout(left())
             sock.connect((host, port))
+            connect_handshake(sock, secret)
             break
-        except OSError as exc:
+        except AuthenticationError as exc:
+            sock.close()
+            raise AuthenticationError(f"rank {rank} -> rank {peer}: {exc}") from exc
+        except OSError as exc:  # refused (not listening yet), or shed before the challenge
             sock.close()
             if deadline is not None and time.monotonic() + delay > deadline:
                 raise BootstrapError(
@@ -706,14 +812,13 @@ def _connect_peer(
                     f"{timeout} s: {exc}") from exc
             time.sleep(delay)
             delay = min(2 * delay, 0.25)
+        except BaseException:
+            sock.close()
+            raise
     try:
         sock.settimeout(left())
-        try:
-            connect_handshake(sock, secret)
-        except AuthenticationError as exc:
-            raise AuthenticationError(f"rank {rank} -> rank {peer}: {exc}") from exc
-        sock.sendall(HELLO.pack(HELLO_MAGIC, VERSION, rank, size))
-        answer = _check_hello(recv_exact(sock, HELLO.size, _HELLO_CLOSED), size)
+        sock.sendall(hello.pack())
+        answer = hello.check(recv_exact(sock, HELLO.size, _HELLO_CLOSED))
         if answer != peer:
             raise ConnectionError(f"the listener at {host}:{port} is rank {answer}")
     except OSError as exc:
@@ -726,37 +831,145 @@ def _connect_peer(
     return sock
 
 
+class _Pending:
+    """An accepted bootstrap connection: authenticating, then reading the peer's hello."""
+
+    __slots__ = ("addr", "got", "hello", "hs")
+
+    def __init__(self, hs: AcceptHandshake, addr: str) -> None:
+        self.hs = hs
+        self.addr = addr
+        self.hello: bytearray | None = None  # set once authenticated
+        self.got = 0
+
+    def advance(self, mine: _Hello) -> int | None:
+        """Progress without blocking; return the peer's rank once its hello checks out.
+
+        Raises:
+            AuthenticationError, OSError: the peer failed the handshake, hello, or hung up.
+        """
+        if self.hello is None:
+            if not self.hs.advance():
+                return None
+            self.hello = bytearray(HELLO.size)
+        sock = self.hs.sock
+        try:
+            n = sock.recv_into(memoryview(self.hello)[self.got :])
+        except (BlockingIOError, InterruptedError):
+            return None
+        if n == 0:
+            raise ConnectionResetError(_HELLO_CLOSED)
+        self.got += n
+        if self.got < HELLO.size:
+            return None
+        return mine.check(bytes(self.hello))
+
+
 def _accept_peers(
-    listener: socket.socket, rank: int, size: int, secret: bytes,
-    socks: dict[int, socket.socket], left: Callable[[], float | None], timeout: float | None,
+    listener: socket.socket, hello: _Hello, secret: bytes, socks: dict[int, socket.socket],
+    deadline: float | None, timeout: float | None,
 ) -> None:
     """Accept one authenticated connection from every higher rank into ``socks``.
 
-    Connections that fail authentication, say a bad hello, or repeat a rank are closed and
-    ignored (their reasons end up in the timeout error).
+    All pending handshakes run at once without blocking (see the module docstring). Connections
+    that fail authentication, time out, say a bad hello, or repeat a rank are closed and ignored
+    (their reasons end up in the timeout error).
     """
-    expected = set(range(rank + 1, size))
+    rank = hello.rank
+    expected = set(range(rank + 1, hello.size))
+    if not expected:
+        return
     rejected: list[str] = []
-    while expected:
-        listener.settimeout(left())
+    pending: dict[socket.socket, _Pending] = {}  # oldest first
+    sel = selectors.DefaultSelector()
+    listener.setblocking(False)
+    sel.register(listener, selectors.EVENT_READ, None)
+
+    def reject(sock: socket.socket, why: str) -> None:
+        item = pending.pop(sock)
+        rejected.append(f"{item.addr}: {why}")
+        del rejected[:-20]
+        sel.unregister(sock)
+        sock.close()
+
+    try:
+        while expected:
+            now = time.monotonic()
+            while pending:
+                sock, item = next(iter(pending.items()))
+                if item.hs.deadline > now:
+                    break
+                reject(sock, f"no handshake within {HANDSHAKE_TIMEOUT} s")
+            wait = None if deadline is None else deadline - now
+            if wait is not None and wait <= 0:
+                why = f"; rejected: {'; '.join(rejected[-5:])}" if rejected else ""
+                raise BootstrapError(
+                    f"rank {rank}: ranks {sorted(expected)} did not connect within {timeout} s"
+                    f"{why}")
+            if pending:
+                first = next(iter(pending.values())).hs.deadline - now
+                wait = first if wait is None else min(wait, first)
+            for key, _ in sel.select(wait):
+                item = key.data
+                if item is None:
+                    _accept_some(listener, secret, sel, pending, reject)
+                    continue
+                assert isinstance(item, _Pending)
+                sock = item.hs.sock
+                if sock not in pending:
+                    continue
+                try:
+                    peer = item.advance(hello)
+                    if peer is not None and peer not in expected:
+                        raise ConnectionError(f"unexpected or duplicate rank {peer}")
+                except _OptionsMismatch as exc:
+                    with contextlib.suppress(OSError):
+                        sock.send(hello.pack())
+                    reject(sock, str(exc))
+                    continue
+                except (AuthenticationError, OSError) as exc:
+                    reject(sock, str(exc))
+                    continue
+                if peer is None:
+                    sel.modify(sock, selectors.EVENT_READ | (
+                        selectors.EVENT_WRITE if item.hs.wants_write else 0), item)
+                    continue
+                del pending[sock]
+                sel.unregister(sock)
+                try:
+                    sock.settimeout(HANDSHAKE_TIMEOUT)
+                    sock.sendall(hello.pack())
+                except OSError as exc:
+                    rejected.append(f"{item.addr}: {exc}")
+                    sock.close()
+                    continue
+                socks[peer] = sock
+                expected.discard(peer)
+    finally:
+        for sock in pending:
+            sock.close()
+        sel.close()
+
+
+def _accept_some(
+    listener: socket.socket, secret: bytes, sel: selectors.BaseSelector,
+    pending: dict[socket.socket, _Pending], reject: Callable[[socket.socket, str], None],
+) -> None:
+    """Accept what is waiting (up to a batch), shedding the oldest pending beyond the cap."""
+    for _ in range(MAX_PENDING_HANDSHAKES):
         try:
-            conn, addr = listener.accept()
-        except TimeoutError:
-            why = f"; rejected: {'; '.join(rejected[-5:])}" if rejected else ""
-            raise BootstrapError(
-                f"rank {rank}: ranks {sorted(expected)} did not connect within {timeout} s{why}"
-            ) from None
+            sock, addr = listener.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:  # e.g. out of descriptors: try again on the next wakeup
+            return
+        if len(pending) >= MAX_PENDING_HANDSHAKES:
+            reject(next(iter(pending)), "shed: too many pending handshakes")
         try:
-            budget = left()
-            conn.settimeout(HANDSHAKE_TIMEOUT if budget is None else min(budget, HANDSHAKE_TIMEOUT))
-            accept_handshake(conn, secret)
-            peer = _check_hello(recv_exact(conn, HELLO.size, _HELLO_CLOSED), size)
-            if peer not in expected:
-                raise ConnectionError(f"unexpected or duplicate rank {peer}")
-            conn.sendall(HELLO.pack(HELLO_MAGIC, VERSION, rank, size))
-        except (AuthenticationError, OSError) as exc:
-            rejected.append(f"{addr}: {exc}")
-            conn.close()
+            hs = AcceptHandshake(sock, secret, time.monotonic() + HANDSHAKE_TIMEOUT)
+        except OSError:
+            sock.close()
             continue
-        socks[peer] = conn
-        expected.discard(peer)
+        item = _Pending(hs, f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else str(addr))
+        pending[sock] = item
+        sel.register(sock, selectors.EVENT_READ | selectors.EVENT_WRITE, item)
