@@ -25,6 +25,7 @@ import errno
 import importlib
 import math
 import os
+import socket
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -303,11 +304,13 @@ def _run_job(args: argparse.Namespace, argv: list[str], base: dict[str, str]
             tag_output=args.tag_output, grace=args.grace, keep_going=args.enable_recovery,
             on_dump=lambda: _dump_job(store.address, secret, size),
             on_failure=notifier.tell))
+        torch_env = _torch_env(base, bind, size)
         for rank in range(size):
             if ps.interrupted_by is not None:
                 break
             env = rank_env(base, rank=rank, size=size, store=store.address, job_id=job_id,
                            transport=args.transport, timeout=args.timeout)
+            env.update(torch_env, RANK=str(rank), LOCAL_RANK=str(rank))
             fd = _secret_fd(secret)
             env["RINGWORLD_SECRET_FD"] = str(fd)
             try:
@@ -326,6 +329,19 @@ def _run_job(args: argparse.Namespace, argv: list[str], base: dict[str, str]
     if args.enable_recovery:
         return recovery_exit_code(result), result.interrupted_by is not None
     return job_exit_code(result), result.interrupted_by is not None
+
+
+def _torch_env(base: dict[str, str], bind: str, size: int) -> dict[str, str]:
+    """The variables torchrun sets, so ``init_process_group()`` (env://) works unchanged in
+    the ranks; MASTER_ADDR/MASTER_PORT are kept if already set. RANK/LOCAL_RANK are per rank.
+    """
+    env = {"WORLD_SIZE": str(size), "LOCAL_WORLD_SIZE": str(size)}
+    if "MASTER_ADDR" not in base or "MASTER_PORT" not in base:
+        host = "127.0.0.1" if bind in ("", "0.0.0.0") else bind
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+            s.bind((host, 0))  # a free port now; rank 0's torch store takes it moments later
+            env["MASTER_ADDR"], env["MASTER_PORT"] = host, str(s.getsockname()[1])
+    return env
 
 
 class _FailureNotifier:
