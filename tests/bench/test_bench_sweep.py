@@ -234,3 +234,14 @@ def test_render_shows_peers_ratios_and_skips() -> None:
     text = render(runs, "allreduce", 2)
     assert "2.50x" in text and "skipped gloo: no torch" in text
     assert "ok: 0 wrong of 512 elements" in text
+
+
+def test_cli_plot_draws_bandwidth_against_size(tmp_path: Path) -> None:
+    png = tmp_path / "bw.png"
+    proc, doc = _bench(tmp_path, "allgather", "--plot", str(png))
+    if importlib.util.find_spec("matplotlib") is None:
+        assert proc.returncode == 2 and "matplotlib" in proc.stderr
+        return
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    _assert_rows_ok(doc["runs"]["rw-shm"], [1024, 65536])
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
