@@ -15,6 +15,18 @@ Variables (all optional; the launcher sets the first five for every rank):
 ``RINGWORLD_EAGER_BYTES`` largest message sent without a rendezvous handshake.
 ``RINGWORLD_ALGORITHMS``  forced collective algorithms, e.g. ``allreduce:ring,bcast:binomial``.
 ``RINGWORLD_TUNING_FILE`` a JSON file of cost-model constants from ``ringworld tune``.
+``RINGWORLD_BACKEND``     ``native`` (default) or ``mpi`` (run over mpi4py, see
+                          :mod:`ringworld.mpibackend`).
+``RINGWORLD_SECRET_FILE`` a file holding the hex job secret (mode 600), for jobs started by
+                          other launchers.
+
+Without ``RINGWORLD_RANK``/``RINGWORLD_SIZE`` (the contract of ``ringworld run``, which wins),
+a rank started by torchrun, srun or mpiexec is recognised by :func:`ringworld.launchers.detect`;
+rank 0 then serves the job store at ``RINGWORLD_STORE`` if set, else at the launcher's
+rendezvous address (see :mod:`ringworld.launchers`). The job secret is, in order:
+``RINGWORLD_SECRET_FD``, ``RINGWORLD_SECRET``, ``RINGWORLD_SECRET_FILE``; with none of them and
+a loopback rendezvous (one host), the per-user secret ``~/.config/ringworld/secret`` (created on
+first use); a rendezvous other hosts can reach needs one of the three (same on every host).
 """
 
 from __future__ import annotations
@@ -23,9 +35,12 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ringworld import launchers
+from ringworld.auth import is_loopback
 from ringworld.errors import ConfigError
 
 TRANSPORTS = ("auto", "shm", "tcp")
+BACKENDS = ("native", "mpi")
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +62,11 @@ class Config:
     trace: str | None = None
     liveness_timeout: float = 20.0
     tcp_checksum: bool = False
+    launcher: str = ""  # "" (ringworld run, or none), "torchrun", "slurm", "mpich", "openmpi"
+    local_rank: int = 0
+    serve_store: bool = False  # rank 0 serves the job store at store_addr (no ringworld run)
+    host: str | None = None  # RINGWORLD_HOST: the label of this rank's host (launcher-set)
+    iface: str | None = None  # RINGWORLD_IFACE: the network interface TCP listens on
 
     @property
     def launched(self) -> bool:
@@ -92,17 +112,23 @@ def _read_secret(env: Mapping[str, str]) -> bytes:
         raise ConfigError("the job secret is not valid hex") from None
 
 
-def from_env(env: Mapping[str, str] | None = None) -> Config:
+def from_env(env: Mapping[str, str] | None = None, *, detect_launcher: bool = True) -> Config:
     """Build the configuration from the environment.
 
     Reads (and closes) ``RINGWORLD_SECRET_FD`` if set, so call it once per process.
+    ``detect_launcher=False`` ignores torchrun/srun/mpiexec variables (the MPI backend takes
+    rank and size from MPI itself). A detected launcher's job without a secret may create
+    the per-user secret file.
 
     Raises:
         ConfigError: a variable is malformed or the set is inconsistent.
     """
     e = os.environ if env is None else env
-    rank = _int(e, "RINGWORLD_RANK", 0)
-    size = _int(e, "RINGWORLD_SIZE", 1)
+    launch = None
+    if detect_launcher and not (e.get("RINGWORLD_RANK") or e.get("RINGWORLD_SIZE")):
+        launch = launchers.detect(e)
+    rank = _int(e, "RINGWORLD_RANK", 0) if launch is None else launch.rank
+    size = _int(e, "RINGWORLD_SIZE", 1) if launch is None else launch.size
     assert rank is not None and size is not None
     if size < 1:
         raise ConfigError(f"RINGWORLD_SIZE={size} must be at least 1")
@@ -130,12 +156,19 @@ def from_env(env: Mapping[str, str] | None = None) -> Config:
         raise ConfigError(f"RINGWORLD_LIVENESS_TIMEOUT={liveness_raw!r} must be a finite "
                           "number of seconds, or 0 to turn heartbeats off")
     store_addr = e.get("RINGWORLD_STORE") or None
+    if launch is not None and store_addr is None and launch.size > 1:
+        if launch.host is None or launch.port is None:
+            raise launchers.missing_rendezvous(launch)
+        host = f"[{launch.host}]" if ":" in launch.host else launch.host
+        store_addr = f"{host}:{launch.port}"
     if size > 1 and store_addr is None:
         raise ConfigError(
             f"RINGWORLD_SIZE={size} but RINGWORLD_STORE is not set: start the job with "
             "`ringworld run -n N ...`"
         )
     secret = _read_secret(e)
+    if launch is not None and store_addr is not None and not secret:
+        secret = _launcher_secret(e, store_addr)
     if store_addr is not None and not secret:
         raise ConfigError("RINGWORLD_STORE is set but no job secret was given "
                           "(RINGWORLD_SECRET_FD or RINGWORLD_SECRET)")
@@ -148,7 +181,8 @@ def from_env(env: Mapping[str, str] | None = None) -> Config:
         rank=rank,
         size=size,
         store_addr=store_addr,
-        job_id=e.get("RINGWORLD_JOB_ID", "") or f"solo{os.getpid()}",
+        job_id=e.get("RINGWORLD_JOB_ID", "") or (
+            f"solo{os.getpid()}" if launch is None else launch.job_hint),
         secret=secret,
         transport=transport,
         timeout=timeout,
@@ -160,7 +194,45 @@ def from_env(env: Mapping[str, str] | None = None) -> Config:
         trace=e.get("RINGWORLD_TRACE") or None,
         liveness_timeout=liveness,
         tcp_checksum=_flag(e, "RINGWORLD_TCP_CHECKSUM"),
+        launcher="" if launch is None else launch.launcher,
+        local_rank=0 if launch is None else launch.local_rank,
+        serve_store=launch is not None and launch.size > 1,
+        host=e.get("RINGWORLD_HOST") or None,
+        iface=e.get("RINGWORLD_IFACE") or None,
     )
+
+
+def _launcher_secret(env: Mapping[str, str], store_addr: str) -> bytes:
+    """The secret of a job without ``ringworld run`` (none came through an fd or the env)."""
+    path = env.get("RINGWORLD_SECRET_FILE") or None
+    if path is not None:
+        return launchers.read_secret_file(path)
+    host = store_addr.rpartition(":")[0].strip("[]")
+    if not is_loopback(host):
+        raise ConfigError(
+            f"the job store would be served at {store_addr}, which other hosts can reach, but "
+            "no job secret is set: give every rank the same secret with RINGWORLD_SECRET_FILE "
+            "(a file of mode 600 holding hex, e.g. `python -c 'import secrets; "
+            "print(secrets.token_hex(32))' > f`) or RINGWORLD_SECRET (hex)")
+    return launchers.user_secret(launchers.default_secret_file(env))
+
+
+def backend_from_env(backend: str | None = None, env: Mapping[str, str] | None = None) -> str:
+    """``backend`` if given, else ``RINGWORLD_BACKEND`` (default ``native``), checked.
+
+    Raises:
+        ValueError: ``backend`` is not one of :data:`BACKENDS`.
+        ConfigError: ``RINGWORLD_BACKEND`` is not one of :data:`BACKENDS`.
+    """
+    if backend is not None:
+        if backend not in BACKENDS:
+            raise ValueError(f"backend={backend!r} must be one of {BACKENDS}")
+        return backend
+    e = os.environ if env is None else env
+    name = (e.get("RINGWORLD_BACKEND") or "native").strip().lower()
+    if name not in BACKENDS:
+        raise ConfigError(f"RINGWORLD_BACKEND={name!r} must be one of {BACKENDS}")
+    return name
 
 
 def parse_algorithms(text: str, name: str = "RINGWORLD_ALGORITHMS") -> tuple[tuple[str, str], ...]:

@@ -9,17 +9,25 @@ run as plain ``python script.py``.
 from __future__ import annotations
 
 import atexit
+import dataclasses
+import secrets
+import socket
 import threading
+import time
+from typing import TYPE_CHECKING, cast
 
 from ringworld import config as _config
 from ringworld.collective.communicator import Communicator
 from ringworld.comm.engine import WORLD_CONTEXT, Engine
 from ringworld.comm.monitor import Monitor
-from ringworld.errors import BootstrapError, ConfigError, RingworldError
+from ringworld.errors import BootstrapError, ConfigError, RingworldError, StoreError
 from ringworld.store.base import Store
 from ringworld.transport.base import Transport
 from ringworld.tuning import constants
 from ringworld.tuning.select import Selector
+
+if TYPE_CHECKING:
+    from ringworld.store.tcp import TCPStoreServer
 
 _lock = threading.Lock()
 _world: Communicator | None = None
@@ -28,6 +36,9 @@ _store: Store | None = None
 _monitor: Monitor | None = None
 _finalized = False
 _trace_solo = False  # tracing a singleton (not launched): finalize writes the trace itself
+_server: TCPStoreServer | None = None  # the job store rank 0 serves when no launcher does
+_leave_count = 0  # ranks that say goodbye through that store before rank 0 stops serving it
+LEAVE_TIMEOUT = 30.0
 BOOTSTRAP_TIMEOUT = 60.0
 
 
@@ -41,21 +52,103 @@ def _connect_store(cfg: _config.Config) -> Store:
     return TCPStore(host.strip("[]"), int(port), cfg.secret, timeout=BOOTSTRAP_TIMEOUT)
 
 
-def _make_transport(cfg: _config.Config, kind: str, store: Store) -> Transport:
+def _make_transport(cfg: _config.Config, kind: str, store: Store,
+                    peers: list[int] | None = None) -> Transport:
     if kind == "tcp":
         from ringworld.transport.tcp import TcpTransport
 
-        return TcpTransport.create(cfg.rank, cfg.size, store, cfg.secret, bind=cfg.bind,
-                                   timeout=BOOTSTRAP_TIMEOUT, checksum=cfg.tcp_checksum)
+        return TcpTransport.create(cfg.rank, cfg.size, store, cfg.secret,
+                                   bind=_bind_address(cfg), timeout=BOOTSTRAP_TIMEOUT,
+                                   checksum=cfg.tcp_checksum, peers=peers)
     from ringworld.transport.shm import ShmTransport
 
     return ShmTransport.create(cfg.rank, cfg.size, store, cfg.job_id,
                                ring_bytes=cfg.shm_ring_bytes, eager_bytes=cfg.eager_bytes,
-                               timeout=BOOTSTRAP_TIMEOUT)
+                               timeout=BOOTSTRAP_TIMEOUT, peers=peers)
 
 
-def init(*, transport: str | None = None, timeout: float | None = None) -> Communicator:
+def _host_label(cfg: _config.Config) -> str:
+    """Which host this rank is on: RINGWORLD_HOST (set by the launcher), else name and boot."""
+    if cfg.host:
+        return cfg.host
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            boot = f.read().strip()
+    except OSError:
+        boot = "?"
+    return f"{socket.gethostname()}/{boot}"
+
+
+def _build_routes(cfg: _config.Config, kind: str, store: Store
+                  ) -> tuple[list[Transport | None], str, list[str]]:
+    """Each peer's transport: shared memory to ranks on this host, TCP to the others ("auto"),
+    or one transport for all. Returns (routes, the world's kind, every rank's host label).
+    Collective: every rank publishes its host label and reads the others'.
+    """
+    store.set(f"host/{cfg.rank}", _host_label(cfg).encode())
+    hosts = [store.get(f"host/{r}", BOOTSTRAP_TIMEOUT).decode() for r in range(cfg.size)]
+    route: list[Transport | None] = [None] * cfg.size
+    local = [r for r in range(cfg.size) if hosts[r] == hosts[cfg.rank]]
+    remote = [r for r in range(cfg.size) if hosts[r] != hosts[cfg.rank]]
+    if kind == "auto" and not remote:
+        kind = "shm"
+    elif kind == "auto" and len(local) == 1:
+        kind = "tcp"
+    if kind != "auto":
+        t = _make_transport(cfg, kind, store)
+        for r in range(cfg.size):
+            if r != cfg.rank:
+                route[r] = t
+        return route, kind, hosts
+    # several hosts, and peers on this one: shared memory here, TCP to the rest
+    shm = _make_transport(cfg, "shm", store, peers=local)
+    try:
+        tcp = _make_transport(cfg, "tcp", store, peers=remote)
+    except BaseException:
+        shm.close()
+        raise
+    for r in local:
+        if r != cfg.rank:
+            route[r] = shm
+    for r in remote:
+        route[r] = tcp
+    return route, "tcp", hosts
+
+
+def _bind_address(cfg: _config.Config) -> str:
+    """The address this rank's TCP listener binds: RINGWORLD_IFACE's, RINGWORLD_BIND, else
+    this host's address on the route to the job store when that is not on loopback.
+
+    Raises:
+        ConfigError: RINGWORLD_IFACE names no interface with an IPv4 address.
+    """
+    from ringworld._sockutil import iface_address, route_address
+
+    if cfg.iface:
+        try:
+            return iface_address(cfg.iface)
+        except ValueError as exc:
+            raise ConfigError(f"RINGWORLD_IFACE={cfg.iface!r}: {exc}") from None
+    if cfg.bind not in ("127.0.0.1", "localhost", ""):
+        return cfg.bind
+    host, _, port = (cfg.store_addr or "").rpartition(":")
+    host = host.strip("[]")
+    if host and not host.startswith("127.") and host not in ("::1", "localhost"):
+        try:
+            return route_address(host, int(port))
+        except (OSError, ValueError):
+            pass
+    return cfg.bind
+
+
+def init(*, transport: str | None = None, timeout: float | None = None,
+         backend: str | None = None) -> Communicator:
     """Start this rank's communication and return the world communicator; idempotent.
+
+    ``backend`` ("native", "mpi") overrides ``RINGWORLD_BACKEND``; "mpi" runs every call over
+    mpi4py (:mod:`ringworld.mpibackend`; ``transport`` is then ignored). Ranks started by
+    torchrun, srun or mpiexec (no ``ringworld run``) are detected: rank 0 serves the job store
+    (:mod:`ringworld.launchers` says where).
 
     ``transport`` ("auto", "shm", "tcp") overrides ``RINGWORLD_TRANSPORT``; ``timeout`` sets
     the default timeout of blocking calls (overrides ``RINGWORLD_TIMEOUT``). Collective: every
@@ -77,16 +170,19 @@ def init(*, transport: str | None = None, timeout: float | None = None) -> Commu
             raise ValueError(f"transport={transport!r} must be one of {_config.TRANSPORTS}")
         if timeout is not None and timeout <= 0:
             raise ValueError(f"timeout={timeout!r} must be positive or None")
+        if _config.backend_from_env(backend) == "mpi":
+            _world = _init_mpi(timeout)
+            atexit.register(finalize)
+            return _world
         cfg = _config.from_env()
         kind = transport or cfg.transport
-        if kind == "auto":
-            kind = "shm"
         route: list[Transport | None] = [None] * cfg.size
+        hosts = [_host_label(cfg)]
         store: Store | None = None
         if cfg.size > 1:
             try:
-                store = _connect_store(cfg)
-                t = _make_transport(cfg, kind, store)
+                store, cfg = _rendezvous(cfg)
+                route, kind, hosts = _build_routes(cfg, kind, store)
             except RingworldError:
                 if store is not None:
                     store.close()
@@ -96,10 +192,10 @@ def init(*, transport: str | None = None, timeout: float | None = None) -> Commu
                     store.close()
                 raise BootstrapError(f"rank {cfg.rank}: {kind} transport set-up failed: {exc}") \
                     from exc
-            for r in range(cfg.size):
-                if r != cfg.rank:
-                    route[r] = t
+        elif kind == "auto":
+            kind = "shm"
         engine = Engine(cfg.rank, cfg.size, route, timeout if timeout is not None else cfg.timeout)
+        engine.hosts = hosts
         if store is not None and cfg.liveness_timeout > 0:
             _start_monitor(engine, cfg)
         _engine = engine
@@ -110,6 +206,86 @@ def init(*, transport: str | None = None, timeout: float | None = None) -> Commu
             _start_trace(cfg)
         atexit.register(finalize)
         return _world
+
+
+def _init_mpi(timeout: float | None) -> Communicator:
+    """The world communicator of the MPI backend (rank and size come from MPI)."""
+    from ringworld.mpibackend import init_world
+
+    cfg = _config.from_env(detect_launcher=False)
+    world_comm = init_world(timeout if timeout is not None else cfg.timeout, expect_size=cfg.size)
+    return cast(Communicator, world_comm)  # the same methods (see ringworld.mpibackend)
+
+
+def _rendezvous(cfg: _config.Config) -> tuple[Store, _config.Config]:
+    """Connect to the job store. Without ``ringworld run`` (``cfg.serve_store``) rank 0 serves
+    it first, and rank 0 draws this run's job id (``<derived id>.<random>``), so reruns and
+    concurrent jobs never share shared-memory names; the returned config carries it.
+
+    Raises:
+        BootstrapError: rank 0 cannot listen at the rendezvous address (port taken), or the
+            store cannot be reached.  ConfigError: the secret is too short for the address.
+    """
+    global _server, _leave_count
+    if not cfg.serve_store:
+        return _connect_store(cfg), cfg
+    if cfg.rank == 0:
+        _server = _serve_store(cfg)
+    store = _connect_store(cfg)
+    try:
+        if cfg.rank == 0:
+            store.set("rw/boot/job", f"{cfg.job_id}.{secrets.token_hex(4)}".encode())
+        job_id = store.get("rw/boot/job", BOOTSTRAP_TIMEOUT).decode()
+    except BaseException:
+        store.close()
+        raise
+    _leave_count = cfg.size
+    return store, dataclasses.replace(cfg, job_id=job_id)
+
+
+def _serve_store(cfg: _config.Config) -> TCPStoreServer:
+    from ringworld.store.tcp import TCPStoreServer
+
+    assert cfg.store_addr is not None
+    host, _, port = cfg.store_addr.rpartition(":")
+    if not port.isdigit():
+        raise ConfigError(f"the job store address {cfg.store_addr!r} must be host:port")
+    try:
+        server = TCPStoreServer(cfg.secret, host=host.strip("[]"), port=int(port))
+    except ValueError as exc:
+        raise ConfigError(f"rank 0 cannot serve the job store at {cfg.store_addr}: {exc}") \
+            from None
+    try:
+        server.start()
+    except StoreError as exc:
+        raise BootstrapError(
+            f"rank 0 ({cfg.launcher}) cannot serve the job store at {cfg.store_addr}: {exc}; "
+            "choose a free port with MASTER_PORT (or RINGWORLD_STORE=host:port)") from exc
+    return server
+
+
+def _leave(store: Store, engine: Engine | None) -> None:
+    """Say this rank is done with the job store; rank 0, which serves it, first waits (at
+    most :data:`LEAVE_TIMEOUT` s) until every rank that is not known dead has said so."""
+    try:
+        left = store.add("rw/boot/left", 1)
+        deadline = time.monotonic() + LEAVE_TIMEOUT
+        while _server is not None and time.monotonic() < deadline:
+            dead = len(engine.dead) if engine is not None else 0
+            if left + dead >= _leave_count:
+                break
+            time.sleep(0.05)
+            left = store.add("rw/boot/left", 0)
+    except RingworldError:
+        pass  # the store is gone: nothing left to wait for
+
+
+def _stop_serving() -> None:
+    global _server, _leave_count
+    if _server is not None:
+        _server.close()
+    _server = None
+    _leave_count = 0
 
 
 def _start_monitor(engine: Engine, cfg: _config.Config) -> None:
@@ -168,10 +344,13 @@ def finalize() -> None:
         if _monitor is not None:
             _monitor.stop(exiting=True)
             _monitor = None
+        if _store is not None and _leave_count:
+            _leave(_store, _engine)
         if _engine is not None:
             _engine.close()
         if _store is not None:
             _store.close()
+        _stop_serving()
         _world = _engine = _store = None
         _finalized = True
 

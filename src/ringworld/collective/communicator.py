@@ -13,6 +13,8 @@ Object collectives (``bcast_obj``, ``allreduce_obj``, ...) are in :class:`Object
 
 from __future__ import annotations
 
+import math
+import time
 import zlib
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Self
@@ -66,6 +68,9 @@ class Communicator(ObjectCollectives):
         self._small_plans: dict[tuple[Any, ...], tuple[Op, tuple[Any, ...], bool]] = {}
         self._ndarray: Any = None  # numpy's ndarray, once the arena has loaded numpy
         self._agree_round = 0  # agreements (agree, shrink) made on this communicator
+        self._hier: tuple[Self, Self | None] | None = None  # (host comm, leaders comm)
+        self._hier_choice: dict[int, bool] = {}  # size class -> hierarchical allreduce?
+        self._link_bw: float | None = None  # measured bytes/s between hosts
 
     # ------------------------------------------------------------------ plumbing
     def _choose(self, collective: str, nbytes: int, algorithm: str | None, *,
@@ -348,6 +353,10 @@ class Communicator(ObjectCollectives):
         bufs.same_dtype(sb, rb, "sendbuf", "recvbuf")
         bufs.check_len(rb, sb.size, "recvbuf", "the size of sendbuf")
         o = self._op(op, rb)
+        if blocking and o.commutative and self._use_hierarchy(rb.nbytes, algorithm):
+            self.last_algorithm = "hierarchical"
+            self._hierarchical_allreduce(sb, rb, o, timeout)
+            return CompletedRequest(self._engine, None)
         algo = self._choose("allreduce", rb.nbytes, algorithm, commutative=o.commutative,
                             blocking=blocking)
         if algo == "shm":
@@ -357,6 +366,83 @@ class Communicator(ObjectCollectives):
         return self._go("allreduce", algo, Spec(self.size, self.rank, rb.size,
                                                 commutative=o.commutative),
                         [sb, rb], o, blocking, timeout)
+
+    # ------------------------------------------------------------------ hierarchy
+    def _host_sizes(self) -> list[int]:
+        """Ranks of this communicator per host, hosts in order of their first rank."""
+        hosts = [self._engine.hosts[w] for w in self._ranks]
+        return [hosts.count(h) for h in dict.fromkeys(hosts)]
+
+    def _use_hierarchy(self, nbytes: int, algorithm: str | None) -> bool:
+        """Whether a blocking allreduce runs hierarchically: asked for by name, or the ranks
+        span several hosts, some host has several, and the cost model says it wins."""
+        if algorithm == "hierarchical" or (algorithm is None
+                                           and self.selector.forced.get("allreduce")
+                                           == "hierarchical"):
+            return True
+        if algorithm is not None or self.selector.forced.get("allreduce"):
+            return False
+        key = nbytes.bit_length()  # decided per power-of-two size class, once
+        found = self._hier_choice.get(key)
+        if found is None:
+            sizes = self._host_sizes()
+            found = len(sizes) > 1 and max(sizes) > 1
+            if found:
+                flat, hier = self.selector.hierarchical(sizes, float(nbytes),
+                                                        self._interhost_bandwidth())
+                found = hier < flat
+            self._hier_choice[key] = found
+        return found
+
+    def _interhost_bandwidth(self) -> float:
+        """Bytes/s between the first ranks of the first two hosts, measured once (a 256 KiB
+        ping-pong) and agreed by every rank. Collective. Cost: a few ms on a fast link."""
+        if self._link_bw is None:
+            _, leaders = self._hierarchy()
+            bw = math.inf
+            if leaders is not None and leaders.rank < 2 and leaders.size > 1:
+                probe = np.zeros(1 << 15)  # 256 KiB
+                peer = 1 - leaders.rank
+                best = math.inf
+                for _ in range(3):
+                    start = time.perf_counter()
+                    if leaders.rank == 0:
+                        leaders.send(probe, peer, tag=7)
+                        leaders.recv(probe, peer, tag=7)
+                    else:
+                        leaders.recv(probe, peer, tag=7)
+                        leaders.send(probe, peer, tag=7)
+                    best = min(best, time.perf_counter() - start)
+                bw = 2 * probe.nbytes / best
+            self._link_bw = float(self.bcast_obj(bw, root=0))
+        return self._link_bw
+
+    def _hierarchy(self) -> tuple[Self, Self | None]:
+        """(this rank's host communicator, the communicator of host leaders or None); made
+        on first use, collectively."""
+        if self._hier is None:
+            hosts = [self._engine.hosts[w] for w in self._ranks]
+            order = list(dict.fromkeys(hosts))
+            color = order.index(hosts[self.rank])
+            local = self.split(color, self.rank, name=f"{self.name}.host{color}")
+            assert local is not None
+            leaders = self.split(0 if local.rank == 0 else None, self.rank,
+                                 name=f"{self.name}.leaders")
+            self._hier = (local, leaders)
+        return self._hier
+
+    def _hierarchical_allreduce(self, sb: Array, rb: Array, o: Op,
+                                timeout: float | None) -> None:
+        """Reduce within each host (shared memory), allreduce among the hosts' first ranks
+        (TCP), bcast within each host: the slow links carry 2n(h-1)/h bytes for h hosts
+        instead of 2n(p-1)/p per rank. Commutative ops only (the order of combining changes).
+        """
+        local, leaders = self._hierarchy()
+        send = IN_PLACE if (sb is rb and local.rank == 0) else sb
+        local.reduce(send, rb, o, root=0, timeout=timeout)
+        if leaders is not None and leaders.size > 1:
+            leaders.allreduce(IN_PLACE, rb, o, timeout=timeout)
+        local.bcast(rb, root=0, timeout=timeout)
 
     def reduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: OpLike = ops.SUM, *,
                              algorithm: str | None = None,
@@ -791,7 +877,7 @@ class Communicator(ObjectCollectives):
 
     def _derive(self, ranks: Sequence[int], context: int, name: str) -> Self:
         return type(self)(self._engine, ranks, context, name, self.selector,
-                          self.transport if len(ranks) > 1 else "self")
+                          self._engine.kind_for(ranks))
 
     def self_comm(self) -> Self:
         """A communicator holding only this rank (MPI's COMM_SELF); no traffic to create."""

@@ -91,6 +91,7 @@ class Engine:
         self.remote_revocations: list[tuple[tuple[int, ...], frozenset[int], CommRevoked]] = []
         self.remote_mismatches: list[tuple[int, int, MismatchError]] = []  # (context, seq, why)
         self.ft: Any = None  # the job's fault-tolerance service (store based), if any
+        self.hosts: list[str] = ["local"] * size  # each world rank's host label
         self.signatures: dict[int, str] = {}  # collective call signature hash -> description
         self._mismatched: list[tuple[RecvRequest[Any], int, int]] = []  # found while polling
         self.explain: Callable[[str], str] | None = None  # the monitor's job-wide diagnosis
@@ -110,6 +111,17 @@ class Engine:
     def reserve_contexts(self, first: int, pairs: int = 1) -> None:
         """Mark ``pairs`` context pairs from ``first`` as used (ids agreed with other ranks)."""
         self._next_context = max(self._next_context, first + 2 * pairs)
+
+    def kind_for(self, ranks: Sequence[int]) -> str:
+        """How ``ranks`` (world ranks, this one included) are reached: "self" alone, "shm" when
+        one shared-memory transport reaches all the others, else "tcp"."""
+        others = {self.route[w] for w in ranks if w != self.rank}
+        if not others:
+            return "self"
+        if len(others) == 1:
+            t = next(iter(others))
+            return "shm" if t is not None and t.name == "shm" else "tcp"
+        return "tcp"
 
     # ------------------------------------------------------------------ matching
     def deliver(self, inc: Incoming) -> None:

@@ -23,8 +23,10 @@ import argparse
 import contextlib
 import errno
 import importlib
+import json
 import math
 import os
+import shlex
 import socket
 import sys
 from collections.abc import Callable, Sequence
@@ -32,6 +34,7 @@ from typing import Any
 
 from ringworld.config import TRANSPORTS
 from ringworld.errors import StoreError
+from ringworld.launch.hosts import iface_address, is_local, parse_hostfile, parse_hosts, place
 from ringworld.launch.job import (
     JobStore,
     new_job_id,
@@ -163,6 +166,16 @@ def _add_run_parser(subparsers: Any) -> None:
                         "(default file: $RINGWORLD_TRACE, else ringworld-trace.json)")
     p.add_argument("--trace-file", default=None, metavar="FILE",
                    help="trace into FILE (implies --trace; open it in ui.perfetto.dev)")
+    p.add_argument("--hosts", default=None, metavar="H1:N1,H2:N2",
+                   help="run the ranks on these hosts, filled in order (N: slots per host)")
+    p.add_argument("--hostfile", default=None, metavar="FILE",
+                   help="hosts, one per line: 'name slots=N' (or name:N)")
+    p.add_argument("--rsh", default="ssh", metavar="COMMAND",
+                   help="how to start a rank on another host: COMMAND HOST PROGRAM... "
+                        "(default: ssh; e.g. 'ip netns exec')")
+    p.add_argument("--iface", default=None, metavar="NAME",
+                   help="network interface the ranks' TCP connections use "
+                        "(like NCCL_SOCKET_IFNAME; sets RINGWORLD_IFACE)")
     p.add_argument("--max-restarts", type=int, default=0, metavar="N",
                    help="restart the whole job up to N times after a failure "
                         "(RINGWORLD_RESTART tells the ranks which attempt they are)")
@@ -289,7 +302,17 @@ def _run_job(args: argparse.Namespace, argv: list[str], base: dict[str, str]
              ) -> tuple[int, bool]:
     """Run the job once; return (exit status, whether the launcher was interrupted)."""
     size: int = args.np
+    placement = _placement(args, size)
+    remote = placement is not None and any(not is_local(h) for h in placement)
     bind: str = args.bind or "127.0.0.1"
+    if remote and args.bind is None:
+        if args.iface is None:
+            raise _UsageError("ranks on other hosts need an address they can reach this "
+                              "launcher at: give --bind ADDR or --iface NAME")
+        try:
+            bind = iface_address(args.iface)
+        except ValueError as exc:
+            raise _UsageError(f"--iface: {exc}") from None
     job_id = new_job_id()
     secret = new_secret()
     with contextlib.ExitStack() as stack:  # unwinds: ranks killed, shm cleaned, store closed
@@ -311,6 +334,20 @@ def _run_job(args: argparse.Namespace, argv: list[str], base: dict[str, str]
             env = rank_env(base, rank=rank, size=size, store=store.address, job_id=job_id,
                            transport=args.transport, timeout=args.timeout)
             env.update(torch_env, RANK=str(rank), LOCAL_RANK=str(rank))
+            if args.iface is not None:
+                env["RINGWORLD_IFACE"] = args.iface
+            if placement is not None:
+                host = placement[rank]
+                env["RINGWORLD_HOST"] = host
+                env.pop("RINGWORLD_BIND", None)  # each rank listens on its own host's address
+                local_ranks = [r for r, h in enumerate(placement) if h == host]
+                env.update(LOCAL_RANK=str(local_ranks.index(rank)),
+                           LOCAL_WORLD_SIZE=str(len(local_ranks)))
+                if not is_local(host):
+                    spawned = _spawn_remote(ps, rank, host, argv, env, base, secret, args.rsh)
+                    if spawned is not None:
+                        return spawned, False
+                    continue
             fd = _secret_fd(secret)
             env["RINGWORLD_SECRET_FD"] = str(fd)
             try:
@@ -329,6 +366,51 @@ def _run_job(args: argparse.Namespace, argv: list[str], base: dict[str, str]
     if args.enable_recovery:
         return recovery_exit_code(result), result.interrupted_by is not None
     return job_exit_code(result), result.interrupted_by is not None
+
+
+def _placement(args: argparse.Namespace, size: int) -> list[str] | None:
+    """The host of each rank from --hosts/--hostfile, or None (all on this host).
+
+    Raises:
+        _UsageError: both given, or a malformed list/file, or too few slots.
+    """
+    if args.hosts is not None and args.hostfile is not None:
+        raise _UsageError("give --hosts or --hostfile, not both")
+    try:
+        if args.hosts is not None:
+            return place(parse_hosts(args.hosts), size)
+        if args.hostfile is not None:
+            return place(parse_hostfile(args.hostfile), size)
+    except (OSError, ValueError) as exc:
+        raise _UsageError(str(exc)) from None
+    return None
+
+
+#: Variables a remote rank gets from the launcher (the rest of its environment is the remote
+#: shell's): the job contract, torchrun's, Python's and any RINGWORLD_* setting.
+_REMOTE_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                "MASTER_PORT", "PYTHONPATH", "PYTHONUNBUFFERED", "PYTHONHASHSEED")
+
+
+def _spawn_remote(ps: ProcessSet, rank: int, host: str, argv: list[str], env: dict[str, str],
+                  base: dict[str, str], secret: bytes, rsh: str) -> int | None:
+    """Start ``rank`` on ``host`` through the remote shell; the secret travels on its stdin.
+
+    Returns None when started, else the launcher's exit status (the remote shell is missing).
+    """
+    sent = {k: v for k, v in env.items()
+            if k.startswith("RINGWORLD_") or k in _REMOTE_VARS}
+    sent.pop("RINGWORLD_SECRET_FD", None)
+    spec = {"argv": argv, "cwd": os.getcwd(), "env": sent, "secret": secret.hex()}
+    command = [*shlex.split(rsh), host, sys.executable, "-m", "ringworld.launch.remote"]
+    try:
+        shell_env = {k: v for k, v in base.items() if not k.startswith("RINGWORLD_")}
+        ps.spawn(rank, command, shell_env, stdin_data=json.dumps(spec).encode() + b"\n")
+    except OSError as exc:
+        print(f"ringworld: cannot run the remote shell {command[0]!r} for host {host}: "
+              f"{exc.strerror or exc}", file=sys.stderr)
+        return _spawn_error_status(exc)
+    return None
 
 
 def _torch_env(base: dict[str, str], bind: str, size: int) -> dict[str, str]:

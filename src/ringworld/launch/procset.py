@@ -283,8 +283,10 @@ class ProcessSet:
         *,
         pass_fds: Sequence[int] = (),
         inherit_stdin: bool = False,
+        stdin_data: bytes | None = None,
     ) -> int:
-        """Start ``argv`` as ``rank``; stdin is the launcher's if ``inherit_stdin`` else /dev/null.
+        """Start ``argv`` as ``rank``; stdin is the launcher's if ``inherit_stdin``, a pipe
+        holding ``stdin_data`` (then closed) if given, else /dev/null.
 
         Returns the pid. Raises ``OSError`` (e.g. ``FileNotFoundError``) if it cannot be started.
         Cost: one fork+exec.
@@ -296,7 +298,8 @@ class ProcessSet:
             popen = subprocess.Popen(
                 list(argv),
                 env=dict(env),
-                stdin=None if inherit_stdin else subprocess.DEVNULL,
+                stdin=(subprocess.PIPE if stdin_data is not None
+                       else None if inherit_stdin else subprocess.DEVNULL),
                 stdout=out_w,
                 stderr=err_w,
                 pass_fds=tuple(pass_fds),
@@ -310,6 +313,11 @@ class ProcessSet:
             raise
         os.close(out_w)
         os.close(err_w)
+        if stdin_data is not None and popen.stdin is not None:
+            with contextlib.suppress(BrokenPipeError):  # it died at once: reaped as a failure
+                popen.stdin.write(stdin_data)  # a short line: fits the pipe, never blocks
+            with contextlib.suppress(BrokenPipeError):
+                popen.stdin.close()
         self._live[rank] = _Rank(rank, popen)
         tail: deque[bytes] = deque(maxlen=self._tail_lines)
         self._tails[rank] = tail

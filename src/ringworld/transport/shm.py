@@ -319,10 +319,13 @@ class ShmTransport(Transport):
     @classmethod
     def create(cls, rank: int, size: int, store: Store, job_id: str,
                ring_bytes: int | None = None, eager_bytes: int = DEFAULT_EAGER,
-               timeout: float | None = 60.0, shm_dir: str = "/dev/shm") -> ShmTransport:
+               timeout: float | None = 60.0, shm_dir: str = "/dev/shm",
+               peers: Sequence[int] | None = None) -> ShmTransport:
         """Create this rank's inbox, attach to every peer's, and unlink the segments.
 
-        Collective over all ``size`` ranks (each must call it with the same arguments).
+        ``peers`` (default: every other rank) are the ranks this transport reaches, those on
+        this host when others are reached by TCP. Collective over this rank and its ``peers``
+        (each must call it with the same arguments and the same group).
         Cost: one segment of ``ctl + size * ring_bytes`` bytes (sparse) and a few store round
         trips.
 
@@ -332,7 +335,8 @@ class ShmTransport(Transport):
         """
         rb = ring_bytes if ring_bytes is not None else default_ring_bytes(size)
         path = os.path.join(shm_dir, f"ringworld-{job_id}-{rank}")
-        t = cls(rank, size, [r for r in range(size) if r != rank], path, rb, eager_bytes)
+        group = sorted({rank, *(range(size) if peers is None else peers)})
+        t = cls(rank, size, [r for r in group if r != rank], path, rb, eager_bytes)
         try:
             t._create_inbox()
             store.set(f"shm/{rank}", f"{os.getpid()} {_boot_id()}".encode())
@@ -342,7 +346,7 @@ class ShmTransport(Transport):
                     raise BootstrapError(f"rank {r} runs on another host; shared memory cannot "
                                          "reach it (use --transport tcp)")
                 t._attach(r, int(pid_s), os.path.join(shm_dir, f"ringworld-{job_id}-{r}"))
-            store_barrier(store, "shm/attached", size, timeout)
+            store_barrier(store, f"shm/attached/{group[0]}", len(group), timeout)
         except BaseException:
             t.close()
             raise

@@ -54,7 +54,7 @@ import struct
 import time
 import zlib
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import NoReturn
 
 from ringworld._sockutil import consume_sent, recv_exact
@@ -354,8 +354,11 @@ class TcpTransport(Transport):
     def create(
         cls, rank: int, size: int, store: Store, secret: bytes, bind: str = "127.0.0.1",
         timeout: float | None = 60.0, *, checksum: bool = False,
+        peers: Collection[int] | None = None,
     ) -> TcpTransport:
-        """Connect this rank to every other rank of a ``size``-rank world through ``store``.
+        """Connect this rank to every other rank of a ``size``-rank world through ``store``
+        (or only to ``peers``: those on other hosts when shared memory reaches the rest; every
+        rank must pass a consistent choice).
 
         The listener binds ``bind`` (``""``: loopback) only while the world connects.
         ``checksum`` turns per-frame CRC-32 on; every rank must pass the same.
@@ -393,9 +396,11 @@ class TcpTransport(Transport):
                 host = socket.gethostname()
             store.set(f"tcp/addr/{rank}", f"{host}:{port}".encode())
             hello = _Hello(rank, size, options)
-            for peer in range(rank):
+            wanted = set(range(size)) - {rank} if peers is None else set(peers) - {rank}
+            for peer in sorted(p for p in wanted if p < rank):
                 socks[peer] = _connect_peer(hello, peer, store, secret, deadline, timeout)
-            _accept_peers(listener, hello, secret, socks, deadline, timeout)
+            _accept_peers(listener, hello, secret, socks, deadline, timeout,
+                          {p for p in wanted if p > rank})
         except BaseException:
             for sock in socks.values():
                 sock.close()
@@ -867,16 +872,16 @@ class _Pending:
 
 def _accept_peers(
     listener: socket.socket, hello: _Hello, secret: bytes, socks: dict[int, socket.socket],
-    deadline: float | None, timeout: float | None,
+    deadline: float | None, timeout: float | None, expected: set[int],
 ) -> None:
-    """Accept one authenticated connection from every higher rank into ``socks``.
+    """Accept one authenticated connection from every rank in ``expected`` into ``socks``.
 
     All pending handshakes run at once without blocking (see the module docstring). Connections
     that fail authentication, time out, say a bad hello, or repeat a rank are closed and ignored
     (their reasons end up in the timeout error).
     """
     rank = hello.rank
-    expected = set(range(rank + 1, hello.size))
+    expected = set(expected)
     if not expected:
         return
     rejected: list[str] = []

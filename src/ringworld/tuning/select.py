@@ -9,11 +9,13 @@ uneven blocks exclude those needing equal blocks). :func:`explain` returns the w
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from ringworld.algorithms.registry import REGISTRY, Algorithm, algorithm
 from ringworld.errors import ConfigError
 from ringworld.tuning.cost import SHM_MODELS, Constants, predict
 
+HIERARCHICAL = "hierarchical"  # allreduce within hosts, then across (the communicator runs it)
 SHM = "shm"  # the shared-memory algorithms (ringworld.algorithms.shm): blocking calls only
 
 LINEAR_MAX_RANKS = 2  # "linear for tiny worlds": beyond this only if forced
@@ -30,7 +32,7 @@ class Selector:
         self.forced: dict[str, str] = {}
         for coll, name in forced:
             try:
-                if name != SHM:
+                if name != SHM and (coll, name) != ("allreduce", HIERARCHICAL):
                     algorithm(coll, name)
             except ValueError as exc:
                 raise ConfigError(f"RINGWORLD_ALGORITHMS: {exc}") from None
@@ -63,6 +65,25 @@ class Selector:
         rows.sort(key=lambda row: row[1])
         return rows
 
+    def hierarchical(self, host_sizes: Sequence[int], nbytes: float,
+                     link_bandwidth: float = math.inf) -> tuple[float, float]:
+        """Predicted seconds of an allreduce on hosts holding ``host_sizes`` ranks: the best
+        flat algorithm over TCP, and the hierarchical one (reduce within each host over shared
+        memory, allreduce among one leader per host over TCP, bcast within each host).
+
+        ``link_bandwidth`` (bytes/s between hosts, measured) bounds both from below by the
+        bytes each host's link must carry: at least 2n(p-1)/p flat (a ring in rank order),
+        2n(h-1)/h hierarchical."""
+        p, k, h = sum(host_sizes), max(host_sizes), len(host_sizes)
+        flat = self.explain("allreduce", p, nbytes, "tcp")[0][1]
+        within = (self.explain("reduce", k, nbytes, "shm", shm=True)[0][1]
+                  + self.explain("bcast", k, nbytes, "shm", shm=True)[0][1]) if k > 1 else 0.0
+        across = self.explain("allreduce", h, nbytes, "tcp")[0][1] if h > 1 else 0.0
+        if link_bandwidth < math.inf and h > 1:
+            flat = max(flat, 2 * nbytes * (p - 1) / p / link_bandwidth)
+            across = max(across, 2 * nbytes * (h - 1) / h / link_bandwidth)
+        return flat, within + across
+
     def choose(self, collective: str, p: int, nbytes: float, transport: str,
                requested: str | None = None, *, commutative: bool = True,
                equal_blocks: bool = True, shm: bool = False) -> str:
@@ -73,6 +94,11 @@ class Selector:
                 commutative-only algorithm with a non-commutative op).
         """
         name = requested or self.forced.get(collective)
+        if name == HIERARCHICAL:  # run by the communicator itself, for blocking calls only
+            if requested is not None:
+                raise ValueError(f"algorithm='hierarchical' is only for blocking allreduce "
+                                 f"with a commutative op, not {collective} here")
+            name = None
         if name == SHM:
             if collective not in SHM_MODELS:
                 raise ValueError(f"algorithm='shm' is not available for {collective}; it "
