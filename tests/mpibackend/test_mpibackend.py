@@ -62,6 +62,17 @@ def test_backend_from_the_environment_variable() -> None:
     assert found == ["MpiComm 0 2 3.0", "MpiComm 1 2 3.0"], res.stdout
 
 
+@needs_mpi
+@pytest.mark.timeout(200)
+def test_the_mpi4py_compatible_module_says_it_needs_the_native_backend() -> None:
+    code = ("import ringworld\nfrom ringworld import MPI\nringworld.init(backend='mpi')\n"
+            "try:\n    MPI.COMM_WORLD.Get_rank()\nexcept RuntimeError as e:\n"
+            "    print('refused:', e, flush=True)\n")
+    res = _mpiexec(2, "-c", code)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.count("refused: ringworld.MPI runs on the native backend") == 2
+
+
 def _run_here(code: str, **extra: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RINGWORLD_")}
     env["PYTHONPATH"] = str(SRC)

@@ -58,7 +58,12 @@ def _fill(status: Status | None, native: ringworld.Status) -> None:
 
 
 def _world() -> ringworld.Communicator:
-    return ringworld.world()
+    world = ringworld.world()
+    if not isinstance(world, ringworld.Communicator):
+        raise RuntimeError(
+            "ringworld.MPI runs on the native backend; this job uses backend='mpi' "
+            "(RINGWORLD_BACKEND=mpi): use the communicator ringworld.init() returns, or mpi4py")
+    return world
 
 
 def _fill_proc_null(status: Status | None) -> None:
@@ -75,7 +80,7 @@ class _SelfResolver:
         self._self: ringworld.Communicator | None = None
 
     def __call__(self) -> ringworld.Communicator:
-        world = ringworld.world()
+        world = _world()
         if world is not self._world or self._self is None:
             self._self = world.self_comm()
             self._world = world
