@@ -82,8 +82,10 @@ def feed(data: bytes, checksum: bool) -> tuple[BaseException | None, Sink]:
     sink = Sink()
     try:
         def write() -> None:
-            theirs.sendall(data)
-            theirs.shutdown(socket.SHUT_WR)
+            # the transport may close its end on a bad frame before reading everything
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                theirs.sendall(data)
+                theirs.shutdown(socket.SHUT_WR)
 
         writer = threading.Thread(target=write)
         writer.start()

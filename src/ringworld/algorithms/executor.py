@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from ringworld.algorithms.schedule import COPY, Schedule
-from ringworld.comm.engine import RECV_SPIN, SEQ_MASK, SIG_SHIFT
+from ringworld.comm.engine import RECV_SPIN
 from ringworld.comm.ops import Op
-from ringworld.comm.requests import RecvRequest, Request
+from ringworld.comm.requests import SEQ_MASK, SIG_SHIFT, RecvRequest, Request
+from ringworld.errors import PeerFailure
 
 if TYPE_CHECKING:
     from ringworld.comm.communicator import Communicator
@@ -207,6 +208,10 @@ class CollectiveRequest(Request[T]):
             self._fail(exc)
 
     def _fail(self, exc: BaseException) -> None:
+        if isinstance(exc, PeerFailure):
+            # the rank left without doing its part: every member must learn it, also those
+            # waiting on other ranks (a rank leaving with status 0 is no failure to the launcher)
+            self._engine.report_failure(exc)
         self._error = exc
         self._finished = True
         for r in self._pending:

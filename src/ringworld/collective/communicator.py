@@ -1019,3 +1019,9 @@ class Communicator(ObjectCollectives):
         if self._arena is not None:
             self._arena = None
             self.unmap_shared("arena")
+        if self._hier is not None:
+            for sub in self._hier:
+                if sub is not None and sub is not self:
+                    sub.free()
+            self._hier = None
+        self._engine.forget_contexts((self.context, self.coll_context))

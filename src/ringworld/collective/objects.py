@@ -11,13 +11,16 @@ gather, scatter, allgather and alltoall (values are usually small), a chain for 
 from __future__ import annotations
 
 import contextlib
+import zlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ringworld.comm import objects, ops
 from ringworld.comm.communicator import Communicator as P2PCommunicator
-from ringworld.comm.requests import Request, wait_all
+from ringworld.comm.requests import SIG_SHIFT, Request, wait_all
 from ringworld.errors import CommError, PeerFailure, Timeout
+
+_OBJ_SIGNATURES: dict[tuple[str, int, str], int] = {}  # (collective, root, op) -> 16-bit hash
 
 
 class _Encoded:
@@ -78,6 +81,17 @@ class ObjectCollectives(P2PCommunicator):
             raise PeerFailure(exc.rank, f"{exc.detail} (in {what} #{tag} on {self.name})"
                               ) from exc
 
+    def _obj_seq(self, what: str, root: int = 0, op: str = "") -> int:
+        """The next sequence number with this call's signature in its high bits, so that a
+        rank calling another collective fails with MismatchError (see the engine)."""
+        key = (what, root, op)
+        sig = _OBJ_SIGNATURES.get(key)
+        if sig is None:
+            text = f"{what}(root={root}, op={op or '-'})"
+            sig = _OBJ_SIGNATURES[key] = (zlib.crc32(text.encode()) & 0xFFFF) | 1
+            self._engine.signatures[sig] = text
+        return self.next_seq() | (sig << SIG_SHIFT)
+
     def _send(self, enc: _Encoded, dest: int, tag: int) -> Request[None] | None:
         return self.coll_isend_raw(enc.segments, enc.nbytes, enc.flags, dest, tag, enc.keep)
 
@@ -100,7 +114,7 @@ class ObjectCollectives(P2PCommunicator):
         self._check_open()
         with self._named("bcast_obj", self._coll_seq):
             root = self._root_of(root)
-            tag = self.next_seq()
+            tag = self._obj_seq("bcast_obj", root)
             return self._bcast_obj(obj, root, tag, timeout)
 
     def _bcast_obj(self, obj: Any, root: int, tag: int, timeout: float | None) -> Any:
@@ -133,7 +147,7 @@ class ObjectCollectives(P2PCommunicator):
         self._check_open()
         with self._named("gather_obj", self._coll_seq):
             root = self._root_of(root)
-            tag = self.next_seq()
+            tag = self._obj_seq("gather_obj", root)
             p, r = self.size, self.rank
             if r != root:
                 h = self._send(_Encoded.of(obj), root, tag)
@@ -158,15 +172,15 @@ class ObjectCollectives(P2PCommunicator):
             p, r = self.size, self.rank
             if r == root:
                 if objs is None or len(objs) != p:
-                    self.next_seq()
+                    self._obj_seq("scatter_obj", root)
                     raise ValueError(f"objs must have {p} items at the root, got "
                                      f"{None if objs is None else len(objs)}")
-                tag = self.next_seq()
+                tag = self._obj_seq("scatter_obj", root)
                 sends = [h for i in range(p) if i != r
                          for h in [self._send(_Encoded.of(objs[i]), i, tag)] if h is not None]
                 wait_all(sends, timeout)
                 return objs[r]
-            tag = self.next_seq()
+            tag = self._obj_seq("scatter_obj", root)
             return self._recv(root, tag, timeout).value()
 
     def allgather_obj(self, obj: Any, *, timeout: float | None = None) -> list[Any]:
@@ -177,7 +191,7 @@ class ObjectCollectives(P2PCommunicator):
         """
         self._check_open()
         with self._named("allgather_obj", self._coll_seq):
-            tag = self.next_seq()
+            tag = self._obj_seq("allgather_obj")
             p, r = self.size, self.rank
             enc = _Encoded.of(obj)
             reqs: list[Request[Any]] = [self.coll_irecv_raw(i, tag) for i in range(p) if i != r]
@@ -195,7 +209,7 @@ class ObjectCollectives(P2PCommunicator):
         self._check_open()
         with self._named("alltoall_obj", self._coll_seq):
             p, r = self.size, self.rank
-            tag = self.next_seq()
+            tag = self._obj_seq("alltoall_obj")
             if len(objs) != p:
                 raise ValueError(f"objs must have {p} items (one per rank), got {len(objs)}")
             reqs: list[Request[Any]] = [self.coll_irecv_raw(i, tag) for i in range(p) if i != r]
@@ -215,7 +229,7 @@ class ObjectCollectives(P2PCommunicator):
         with self._named("reduce_obj", self._coll_seq):
             root = self._root_of(root)
             o = ops.resolve(op)
-            tag = self.next_seq()
+            tag = self._obj_seq("reduce_obj", root, o.name)
             return self._reduce_obj(obj, o, root, tag, timeout)
 
     def _reduce_obj(self, obj: Any, o: ops.Op, root: int, tag: int,
@@ -252,9 +266,9 @@ class ObjectCollectives(P2PCommunicator):
         self._check_open()
         with self._named("allreduce_obj", self._coll_seq):
             o = ops.resolve(op)
-            tag = self.next_seq()
+            tag = self._obj_seq("allreduce_obj", 0, o.name)
             acc = self._reduce_obj(obj, o, 0, tag, timeout)
-            return self._bcast_obj(acc, 0, self.next_seq(), timeout)
+            return self._bcast_obj(acc, 0, self._obj_seq("allreduce_obj", 0, o.name), timeout)
 
     def scan_obj(self, obj: Any, op: ops.Op | str = ops.SUM, *,
                  timeout: float | None = None) -> Any:
@@ -280,7 +294,7 @@ class ObjectCollectives(P2PCommunicator):
         self._check_open()
         with self._named(what, self._coll_seq):
             o = ops.resolve(op)
-            tag = self.next_seq()
+            tag = self._obj_seq(what, 0, o.name)
             prefix = self._recv(self.rank - 1, tag, timeout).value() if self.rank else None
             last = self.rank == self.size - 1
             if last and not inclusive:

@@ -17,6 +17,7 @@ import os
 import pickle
 import sys
 import time
+import weakref
 from collections.abc import Callable, Collection, Sequence
 from typing import Any, Self, TypeVar
 
@@ -116,6 +117,7 @@ class Communicator:
         self._wake: list[tuple[Callable[[int], None], int]] | None = None
         self._wt: Transport | None = None
         self._wt_known = False
+        self._closers: dict[str, weakref.finalize[Any, Any]] = {}  # window key -> its closer
 
     def __repr__(self) -> str:
         return f"<Communicator {self.name} rank {self.rank} of {self.size}>"
@@ -254,6 +256,8 @@ class Communicator:
             sync()
         finally:
             t.window_unlink(full)
+        # a communicator dropped without free() still releases its windows when collected
+        self._closers[key] = weakref.finalize(self, t.window_close, full)
         return views
 
     @property
@@ -278,9 +282,9 @@ class Communicator:
 
     def unmap_shared(self, key: str) -> None:
         """Release the segments :meth:`map_shared` mapped under ``key`` (drop views first)."""
-        t = self._window_transport()
-        if t is not None:
-            t.window_close(f"{self.context}x{key}")
+        closer = self._closers.pop(key, None)
+        if closer is not None:
+            closer()  # closes the window (once), and forgets the finalizer
 
     def spin_until(self, cond: Callable[[], bool], timeout: float | None,
                    describe: Callable[[], str], waiting_for: Callable[[], Collection[int]]) -> None:

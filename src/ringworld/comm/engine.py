@@ -21,7 +21,7 @@ from collections import defaultdict
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
-from ringworld.comm.requests import ANY_SOURCE, ANY_TAG, RecvRequest
+from ringworld.comm.requests import ANY_SOURCE, ANY_TAG, SEQ_MASK, SIG_SHIFT, RecvRequest
 from ringworld.errors import (
     CommBroken,
     CommRevoked,
@@ -40,8 +40,6 @@ SPIN_POLLS_CROWDED = 64  # ... when the job's ranks outnumber this host's CPUs
 YIELD_POLLS = 200        # polls with sched_yield before sleeping
 SLEEP_SLICE = 0.005      # longest single sleep: bounds a lost doorbell wake-up
 CHECK_PEERS_EVERY = 0.05  # seconds between liveness checks while spinning
-SIG_SHIFT = 32           # collective tags: sequence number | call signature << SIG_SHIFT
-SEQ_MASK = (1 << SIG_SHIFT) - 1
 WORLD_CONTEXT = 0        # contexts 0/1: the world communicator (point-to-point, collective)
 SELF_CONTEXT = 2         # contexts 2/3: the self communicator
 FIRST_FREE_CONTEXT = 4
@@ -89,7 +87,8 @@ class Engine:
         self.revoked: dict[int, CommRevoked] = {}  # context -> why (read by requests' done)
         # revocations the monitor found: (contexts, member world ranks, error)
         self.remote_revocations: list[tuple[tuple[int, ...], frozenset[int], CommRevoked]] = []
-        self.remote_mismatches: list[tuple[int, int, MismatchError]] = []  # (context, seq, why)
+        # mismatches found elsewhere: (context, seq, by, by's call, sender, sender's call)
+        self.remote_mismatches: list[tuple[int, int, int, str, int, str | None]] = []
         self.ft: Any = None  # the job's fault-tolerance service (store based), if any
         self.hosts: list[str] = ["local"] * size  # each world rank's host label
         self.signatures: dict[int, str] = {}  # collective call signature hash -> description
@@ -122,6 +121,16 @@ class Engine:
             t = next(iter(others))
             return "shm" if t is not None and t.name == "shm" else "tcp"
         return "tcp"
+
+    def forget_contexts(self, contexts: Sequence[int]) -> None:
+        """Drop the bookkeeping of a freed communicator's contexts (queues left empty, names,
+        sequence marks), so creating and freeing communicators leaks nothing."""
+        for c in contexts:
+            for table in (self.posted, self.unexpected):
+                if not table.get(c, True):
+                    del table[c]
+            self.entered.pop(c, None)
+            self.comm_names.pop(c, None)
 
     # ------------------------------------------------------------------ matching
     def deliver(self, inc: Incoming) -> None:
@@ -192,32 +201,47 @@ class Engine:
             sig, other_sig = req.tag >> SIG_SHIFT, theirs >> SIG_SHIFT
             mine = self.signatures.get(sig, f"signature {sig:04x}")
             other = self.signatures.get(other_sig)
-            if other is None and self.ft is not None:  # ask the peer through the job store
-                other = self.ft.exchange_signature(req.context, seq, sender, mine)
-            if other is None:
-                other = f"another call (signature {other_sig:04x})"
-            name = self.comm_names.get(req.context, f"context {req.context}")
-            text = (f"collective mismatch on {name}, call #{seq}: world rank {self.rank} "
-                    f"called {mine}, but world rank {sender} called {other}")
-            req._error = MismatchError(text)
-            req._done = True
-            if self.ft is not None:  # the other members waiting in this call fail too
+            unknown = f"another call (signature {other_sig:04x})"
+            if self.ft is not None:  # first: the members waiting fail, and publish their calls
                 with contextlib.suppress(RingworldError):
-                    self.ft.publish_mismatch(req.context, seq, text)
+                    self.ft.publish_mismatch(req.context, seq, mine, sender, other)
+                if other is None:  # the sender's call, once it has published it
+                    other = self.ft.exchange_signature(req.context, seq, sender, mine)
+            name = self.comm_names.get(req.context, f"context {req.context}")
+            req._error = MismatchError(
+                f"collective mismatch on {name}, call #{seq}: world rank {self.rank} called "
+                f"{mine}, but world rank {sender} called {other or unknown}")
+            req._done = True
 
-    def fail_call(self, context: int, seq: int, exc: BaseException) -> None:
-        """Fail the posted receives of collective call ``seq`` on ``context`` with ``exc``."""
+    def fail_call(self, context: int, seq: int, by: int, by_call: str, sender: int,
+                  sender_call: str | None) -> None:
+        """Fail this rank's receives of collective calls from ``seq`` on, on ``context``, after
+        rank ``by`` found its call ``seq`` (``by_call``) meeting ``sender``'s (``sender_call``,
+        None if unknown): the sequence is broken. Each error shows the disagreeing calls."""
         posted = self.posted.get(context)
         if not posted:
             return
-        keep = []
+        keep: list[RecvRequest[Any]] = []
+        failed: list[RecvRequest[Any]] = []
         for r in posted:
-            if r.tag & SEQ_MASK == seq and r.tag > SEQ_MASK:
-                r._error = exc
-                r._done = True
-            else:
-                keep.append(r)
+            (failed if r.tag > SEQ_MASK and r.tag & SEQ_MASK >= seq else keep).append(r)
+        if not failed:
+            return
         posted[:] = keep
+        name = self.comm_names.get(context, f"context {context}")
+        mine = self.signatures.get(failed[0].tag >> SIG_SHIFT, "?")
+        if self.ft is not None:
+            with contextlib.suppress(RingworldError):
+                self.ft.publish_signature(context, seq, mine)  # for rank ``by``, and below
+                if sender_call is None:
+                    sender_call = self.ft.read_signature(context, seq, sender)
+        text = (f"collective mismatch on {name}, call #{seq}: world rank {by} called {by_call},"
+                f" but world rank {sender} called {sender_call or 'another call'}")
+        for r in failed:
+            at = r.tag & SEQ_MASK
+            r._error = MismatchError(text + (f" (this rank was in call #{at})" if at != seq
+                                             else ""))
+            r._done = True
 
     def unpost(self, req: RecvRequest[Any]) -> bool:
         """Remove a not-yet-matched receive; return whether it was still posted."""
@@ -367,6 +391,17 @@ class Engine:
                     self._peer_failed(exc)
         if self.dead:
             self.progress()
+
+    def report_failure(self, exc: PeerFailure) -> None:
+        """Tell every rank (through the job store) that ``exc.rank`` failed a collective: it
+        left without doing its part. Once per rank; best effort (the monitor may be off)."""
+        if exc.rank in self.reported or exc.rank == self.rank:
+            return
+        self.reported.add(exc.rank)
+        if self.ft is not None:
+            with contextlib.suppress(RingworldError):
+                self.ft.publish_failure(exc.rank, f"{exc.detail.split(';')[0]}, during a "
+                                                  "collective")
 
     def _peer_failed(self, exc: PeerFailure) -> None:
         if exc.rank not in self.dead:

@@ -28,7 +28,6 @@ from typing import Any
 from ringworld.errors import (
     CommError,
     CommRevoked,
-    MismatchError,
     PeerFailure,
     RingworldError,
     Timeout,
@@ -213,16 +212,30 @@ class Monitor:
             self._seen_mismatches += 1
             info = _get_json(store, f"{_PREFIX}mismatch/{self._seen_mismatches}")
             try:
-                context, seq, text = int(info["context"]), int(info["seq"]), str(info["text"])
+                call: tuple[int, int, int, str, int] = (
+                    int(info["context"]), int(info["seq"]), int(info["by"]),
+                    str(info["by_call"]), int(info["sender"]))
+                sender_call = info.get("sender_call")
             except (KeyError, TypeError, ValueError):
                 continue
-            if int(info.get("by", -1)) != self.rank:
-                self.engine.remote_mismatches.append((context, seq, MismatchError(text)))
+            if call[2] != self.rank:
+                self.engine.remote_mismatches.append(
+                    (*call, None if sender_call is None else str(sender_call)))
 
     # ------------------------------------------------------------------ recovery
-    def publish_mismatch(self, context: int, seq: int, text: str) -> None:
-        """Tell the other ranks that collective ``seq`` on ``context`` mismatched (``text``
-        shows the disagreeing calls); those waiting in it fail with it. Two round trips.
+    def publish_failure(self, rank: int, detail: str) -> None:
+        """Tell every rank that ``rank`` failed (found by this one). Two round trips.
+
+        Raises:
+            StoreError: the store is unreachable.
+        """
+        publish_failure(self._require_store(), rank, detail, self.rank)
+
+    def publish_mismatch(self, context: int, seq: int, mine: str, sender: int,
+                         sender_call: str | None) -> None:
+        """Tell the other ranks that this rank's call ``seq`` on ``context`` (``mine``) met
+        ``sender``'s (``sender_call``, None if not known yet); those waiting in it or later
+        calls fail, showing both. Two round trips.
 
         Raises:
             StoreError: the store is unreachable.
@@ -230,7 +243,8 @@ class Monitor:
         store = self._require_store()
         i = store.add(f"{_PREFIX}mismatch/count", 1)
         store.set(f"{_PREFIX}mismatch/{i}", json.dumps(
-            {"context": context, "seq": seq, "text": text, "by": self.rank}).encode())
+            {"context": context, "seq": seq, "by": self.rank, "by_call": mine,
+             "sender": sender, "sender_call": sender_call}).encode())
 
     def publish_revocation(self, contexts: tuple[int, ...], members: tuple[int, ...],
                            name: str) -> None:
@@ -304,6 +318,24 @@ class Monitor:
                     raise Timeout(f"agreement {key}: no decision within {timeout:g} s")
         return int(decision["flag"]), [int(r) for r in decision["alive"]], \
             int(decision["context"])
+
+    def publish_signature(self, context: int, seq: int, mine: str) -> None:
+        """Publish this rank's description of its call ``seq`` on ``context`` (for a rank that
+        found a mismatch there and waits for it in :meth:`exchange_signature`).
+
+        Raises:
+            StoreError: the store is unreachable.
+        """
+        self._require_store().set(f"{_PREFIX}sig/{context}/{seq}/{self.rank}", mine.encode())
+
+    def read_signature(self, context: int, seq: int, peer: int) -> str | None:
+        """``peer``'s published description of its call ``seq`` on ``context``, if it appears
+        within 0.5 s."""
+        store = self._store
+        if store is None:
+            return None
+        raw = _try_get(store, f"{_PREFIX}sig/{context}/{seq}/{peer}", 0.5)
+        return None if raw is None else raw.decode("utf-8", "replace")
 
     def exchange_signature(self, context: int, seq: int, peer: int, mine: str) -> str | None:
         """Publish this rank's description of collective ``seq`` on ``context`` and return

@@ -23,6 +23,8 @@ T = TypeVar("T")
 ANY_SOURCE = -1
 ANY_TAG = -1
 TAG_UB = 2**31 - 1
+SIG_SHIFT = 32  # collective tags: sequence number | call signature << SIG_SHIFT
+SEQ_MASK = (1 << SIG_SHIFT) - 1
 
 
 class Status(NamedTuple):
@@ -191,7 +193,8 @@ class RecvRequest(Request[T]):
 
     def describe(self) -> str:
         src = "any source" if self.source == ANY_SOURCE else f"rank {self._to_comm(self.source)}"
-        tag = "any tag" if self.tag == ANY_TAG else f"tag {self.tag}"
+        tag = ("any tag" if self.tag == ANY_TAG else f"tag {self.tag}" if self.tag <= TAG_UB
+               else f"tag {self.tag & SEQ_MASK}")
         return f"receive from {src} with {tag}"
 
     def depends(self, dead: Collection[int]) -> int | None:
