@@ -79,10 +79,10 @@ class Communicator(ObjectCollectives):
         self._check_open()
         # a barrier alone does not map the shared windows (start-up stays light); any other
         # collective does, once, on its first call
-        shm_ok = (blocking and self.transport == "shm" and self.size <= shm.MAX_RANKS
-                  and self.supports_shared_memory
+        shm_ok = (blocking and self.transport == "shm"
                   and (self._arena is not None or collective != "barrier"
-                       or algorithm == "shm"))
+                       or algorithm == "shm")  # first: a start-up barrier loads no numpy
+                  and self.size <= shm.MAX_RANKS and self.supports_shared_memory)
         name = self.selector.choose(collective, self.size, nbytes, self.transport, algorithm,
                                     commutative=commutative, equal_blocks=equal_blocks,
                                     shm=shm_ok)
