@@ -15,7 +15,7 @@ clock). Modes:
   timeout  rank 1 never joins; the others' call has timeout=3 (seconds measured from the call)
 
 All modes but ``stop`` run under ``ringworld run --enable-recovery``, so the launcher does not stop
-the survivors first; survivors sleep 2 s after catching so their own exit is not seen as a new
+the survivors first; survivors sleep 1 s after catching so their own exit is not seen as a new
 failure by the slower ones. ``tests/launch/test_failure_modes.py`` asserts the times with this
 module.
 
@@ -99,7 +99,7 @@ PROGRAM = textwrap.dedent(f"""
               f"{{exc}}".replace("\\n", " | "), flush=True)
     else:
         print(f"rank {{comm.rank}} raised nothing at {{time.time()!r}}", flush=True)
-    time.sleep(2.0)  # the slower survivors must not see this rank's exit as a new failure
+    time.sleep(1.0)  # the slower survivors must not see this rank's exit as a new failure
     sys.exit({STOP_EXIT} if MODE == "stop" else 0)
 """)
 

@@ -53,6 +53,13 @@ try:
 except ringworld.MismatchError as exc:
     print(f"rank {r}: mismatch: {exc}", flush=True)
 time.sleep(1)  # stay until the others have seen it too
+if kind == "root":  # ranks that finished the broken call fail in their next one
+    try:
+        comm.allreduce(np.ones(2), np.empty(2), algorithm="ring", timeout=20)
+        print(f"next {r}: ok", flush=True)
+    except ringworld.MismatchError as exc:
+        print(f"next {r}: mismatch: {exc}", flush=True)
+    time.sleep(1)
 """
 
 SIGNATURE = (r"(allreduce|bcast|allgather)\(algorithm=\w+, count=\d+, dtype=\w+, op=[\w-]+, "
@@ -94,10 +101,13 @@ def test_every_rank_waiting_in_the_call_fails(tmp_path: Path, transport: str) ->
         assert "count=10" in line and "count=12" in line, out
 
 
-def test_a_root_disagreement_fails_the_rank_that_would_hang(tmp_path: Path) -> None:
+def test_a_root_disagreement_fails_every_rank_by_its_next_call(tmp_path: Path) -> None:
     out = _run(tmp_path, "root", 3, "tcp")
     assert re.search(r"rank 2: mismatch: .*world rank 2 called bcast\(.*root=1\), but world "
                      r"rank \d called", out), out
+    for rank in range(3):  # and every rank's next call on the communicator fails, showing it
+        assert re.search(rf"next {rank}: mismatch: collective mismatch on world, call #0: "
+                         r".*bcast\(.*root=1\)", out), out
 
 
 @pytest.mark.parametrize("transport", ["shm", "tcp"])

@@ -89,6 +89,7 @@ class Engine:
         self.remote_revocations: list[tuple[tuple[int, ...], frozenset[int], CommRevoked]] = []
         # mismatches found elsewhere: (context, seq, by, by's call, sender, sender's call)
         self.remote_mismatches: list[tuple[int, int, int, str, int, str | None]] = []
+        self.mismatched: dict[int, tuple[int, str]] = {}  # context -> (broken call, why)
         self.ft: Any = None  # the job's fault-tolerance service (store based), if any
         self.hosts: list[str] = ["local"] * size  # each world rank's host label
         self.signatures: dict[int, str] = {}  # collective call signature hash -> description
@@ -131,6 +132,7 @@ class Engine:
                     del table[c]
             self.entered.pop(c, None)
             self.comm_names.pop(c, None)
+            self.mismatched.pop(c, None)
 
     # ------------------------------------------------------------------ matching
     def deliver(self, inc: Incoming) -> None:
@@ -157,6 +159,13 @@ class Engine:
             req._error = self.revoked[req.context]
             req._done = True
             return
+        if self.mismatched and req.tag > SEQ_MASK and req.context in self.mismatched:
+            seq, text = self.mismatched[req.context]
+            if req.tag & SEQ_MASK >= seq:  # the sequence broke there: this call cannot match
+                req._error = MismatchError(f"{text} (this rank now in call "
+                                           f"#{req.tag & SEQ_MASK})")
+                req._done = True
+                return
         unexpected = self.unexpected.get(req.context)
         if unexpected:
             i = _find(unexpected, req.source, req.tag)
@@ -208,35 +217,33 @@ class Engine:
                 if other is None:  # the sender's call, once it has published it
                     other = self.ft.exchange_signature(req.context, seq, sender, mine)
             name = self.comm_names.get(req.context, f"context {req.context}")
-            req._error = MismatchError(
-                f"collective mismatch on {name}, call #{seq}: world rank {self.rank} called "
-                f"{mine}, but world rank {sender} called {other or unknown}")
+            text = (f"collective mismatch on {name}, call #{seq}: world rank {self.rank} "
+                    f"called {mine}, but world rank {sender} called {other or unknown}")
+            self.mismatched.setdefault(req.context, (seq, text))
+            req._error = MismatchError(text)
             req._done = True
 
     def fail_call(self, context: int, seq: int, by: int, by_call: str, sender: int,
                   sender_call: str | None) -> None:
-        """Fail this rank's receives of collective calls from ``seq`` on, on ``context``, after
-        rank ``by`` found its call ``seq`` (``by_call``) meeting ``sender``'s (``sender_call``,
-        None if unknown): the sequence is broken. Each error shows the disagreeing calls."""
-        posted = self.posted.get(context)
-        if not posted:
-            return
-        keep: list[RecvRequest[Any]] = []
-        failed: list[RecvRequest[Any]] = []
-        for r in posted:
-            (failed if r.tag > SEQ_MASK and r.tag & SEQ_MASK >= seq else keep).append(r)
-        if not failed:
-            return
-        posted[:] = keep
-        name = self.comm_names.get(context, f"context {context}")
-        mine = self.signatures.get(failed[0].tag >> SIG_SHIFT, "?")
+        """Fail this rank's receives of collective calls from ``seq`` on, on ``context``, now and
+        later, after rank ``by`` found its call ``seq`` (``by_call``) meeting ``sender``'s
+        (``sender_call``, None if unknown): the sequence is broken there. Each error shows the
+        disagreeing calls (a rank that had finished call ``seq`` fails in its next call)."""
+        posted = self.posted.get(context) or []
+        failed = [r for r in posted if r.tag > SEQ_MASK and r.tag & SEQ_MASK >= seq]
         if self.ft is not None:
             with contextlib.suppress(RingworldError):
-                self.ft.publish_signature(context, seq, mine)  # for rank ``by``, and below
+                if failed:  # for rank ``by``, and for the lookup below
+                    mine = self.signatures.get(failed[0].tag >> SIG_SHIFT, "?")
+                    self.ft.publish_signature(context, seq, mine)
                 if sender_call is None:
                     sender_call = self.ft.read_signature(context, seq, sender)
+        name = self.comm_names.get(context, f"context {context}")
         text = (f"collective mismatch on {name}, call #{seq}: world rank {by} called {by_call},"
                 f" but world rank {sender} called {sender_call or 'another call'}")
+        self.mismatched.setdefault(context, (seq, text))
+        if failed:
+            posted[:] = [r for r in posted if r not in failed]
         for r in failed:
             at = r.tag & SEQ_MASK
             r._error = MismatchError(text + (f" (this rank was in call #{at})" if at != seq
