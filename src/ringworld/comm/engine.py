@@ -203,7 +203,7 @@ class Engine:
         found, self._mismatched = self._mismatched, []
         for req, _, sender in found:
             for peer in {req.source, sender}:
-                with contextlib.suppress(TransportError):  # the peer may be gone already
+                with contextlib.suppress(RingworldError):  # the peer may be gone already
                     self.isend(peer, req.context, req.tag, 0, [], 0)
         for req, theirs, sender in found:
             seq = req.tag & SEQ_MASK
