@@ -368,10 +368,15 @@ class Communicator(ObjectCollectives):
                         [sb, rb], o, blocking, timeout)
 
     # ------------------------------------------------------------------ hierarchy
+    def _hosts(self) -> tuple[list[str], list[str]]:
+        """Each rank's host label, and the hosts in order of their first rank."""
+        hosts = [self._engine.hosts[w] for w in self._ranks]
+        return hosts, list(dict.fromkeys(hosts))
+
     def _host_sizes(self) -> list[int]:
         """Ranks of this communicator per host, hosts in order of their first rank."""
-        hosts = [self._engine.hosts[w] for w in self._ranks]
-        return [hosts.count(h) for h in dict.fromkeys(hosts)]
+        hosts, order = self._hosts()
+        return [hosts.count(h) for h in order]
 
     def _use_hierarchy(self, nbytes: int, algorithm: str | None) -> bool:
         """Whether a blocking allreduce runs hierarchically: asked for by name, or the ranks
@@ -421,8 +426,7 @@ class Communicator(ObjectCollectives):
         """(this rank's host communicator, the communicator of host leaders or None); made
         on first use, collectively."""
         if self._hier is None:
-            hosts = [self._engine.hosts[w] for w in self._ranks]
-            order = list(dict.fromkeys(hosts))
+            hosts, order = self._hosts()
             color = order.index(hosts[self.rank])
             local = self.split(color, self.rank, name=f"{self.name}.host{color}")
             assert local is not None

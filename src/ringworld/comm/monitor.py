@@ -160,14 +160,7 @@ class Monitor:
                 self.error = exc  # the store (launcher) is gone: the job is ending anyway
 
     def _exited(self, store: Store, rank: int) -> bool:
-        try:
-            raw = store.get(_state_key(rank), timeout=0.5)
-        except RingworldError:
-            return False
-        try:
-            return bool(json.loads(raw).get("exited"))
-        except (ValueError, AttributeError):
-            return False
+        return bool(_get_json(store, _state_key(rank), 0.5).get("exited"))
 
     def _declare(self, store: Store, rank: int, silent: float) -> None:
         self._declared.add(rank)
@@ -395,9 +388,10 @@ def publish_failure(store: Store, rank: int, detail: str, by: int | None) -> Non
                                                 "by": by}).encode())
 
 
-def _get_json(store: Store, key: str) -> dict[str, Any]:
+def _get_json(store: Store, key: str, timeout: float = 2.0) -> dict[str, Any]:
+    """The JSON object stored at ``key``; {} if absent within ``timeout`` or not an object."""
     try:
-        got = json.loads(store.get(key, timeout=2.0))
+        got = json.loads(store.get(key, timeout=timeout))
     except (RingworldError, ValueError):
         return {}
     return got if isinstance(got, dict) else {}
@@ -411,14 +405,8 @@ def _try_get(store: Store, key: str, timeout: float) -> bytes | None:
 
 
 def _fetch_states(store: Store, size: int) -> dict[int, dict[str, Any] | None]:
-    states: dict[int, dict[str, Any] | None] = {}
-    for r in range(size):
-        try:
-            got = json.loads(store.get(_state_key(r), timeout=0.5))
-            states[r] = got if isinstance(got, dict) else None
-        except (RingworldError, ValueError):
-            states[r] = None
-    return states
+    # a published state is never empty: {} means none (absent, unreadable)
+    return {r: _get_json(store, _state_key(r), 0.5) or None for r in range(size)}
 
 
 def format_states(states: dict[int, dict[str, Any] | None], history: bool = True) -> list[str]:
