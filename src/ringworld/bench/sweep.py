@@ -9,6 +9,11 @@ nccl-tests factor (allreduce 2(n-1)/n; allgather, reduce_scatter, alltoall, gath
 chose, and for each peer its time and peer time / Ringworld time (above 1: Ringworld faster).
 For allgather, reduce_scatter, alltoall, gather and scatter the size is the whole buffer.
 
+On a shared machine one job's timings can be off by 2x from the next one's. ``--rounds N`` runs
+every library N times, alternating (Ringworld, peers, Ringworld, peers, ...), and reports per size
+the median time of each library, the ratio of the medians and, beside it, the range of the N
+ratios measured round by round (each from jobs run one right after the other).
+
 A peer that cannot be found is reported as skipped, not an error. Exit status 1 when a run
 failed or any element was wrong, 2 for bad arguments.
 """
@@ -23,6 +28,7 @@ import importlib.util
 import json
 import os
 import platform
+import statistics
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
@@ -170,6 +176,47 @@ def run_all(args: argparse.Namespace, sizes: list[int]) -> list[SweepRun]:
     return runs
 
 
+def merge_rounds(rounds: Sequence[Sequence[SweepRun]]) -> list[SweepRun]:
+    """One run per library from several rounds of :func:`run_all` (same libraries each round).
+
+    Per size: the median time (algbw and busbw recomputed from it), wrong and checked elements
+    summed, iterations summed; peers' rows gain ``ratio_range``, the lowest and highest ratio
+    (peer time / Ringworld time) of the rounds in which both ran that size. A library's error is
+    its first round's error, if any.
+    """
+    if len(rounds) == 1:
+        return list(rounds[0])
+    merged: list[SweepRun] = []
+    mine_by_round = [{int(r["size"]): r for r in rnd[0].rows} for rnd in rounds]
+    for i, first in enumerate(rounds[0]):
+        runs = [rnd[i] for rnd in rounds]
+        out = SweepRun(first.label, first.backend, first.library,
+                       unsupported=dict(first.unsupported), skipped=first.skipped)
+        out.error = next((r.error for r in runs if r.error is not None), None)
+        out.label = next((r.label for r in runs if r.rows), first.label)
+        sizes = sorted({int(row["size"]) for r in runs for row in r.rows})
+        for size in sizes:
+            rows = [row for r in runs for row in r.rows if int(row["size"]) == size]
+            row = dict(sorted(rows, key=lambda x: float(x["time_us"]))[(len(rows) - 1) // 2])
+            t = statistics.median(float(x["time_us"]) for x in rows)
+            scale = float(row["time_us"]) / t if t > 0 else 1.0
+            row.update(time_us=t, algbw_GBps=float(row["algbw_GBps"]) * scale,
+                       busbw_GBps=float(row["busbw_GBps"]) * scale, rounds=len(rows),
+                       iters=sum(int(x["iters"]) for x in rows),
+                       wrong=sum(int(x["wrong"]) for x in rows),
+                       checked=sum(int(x["checked"]) for x in rows))
+            if i > 0:
+                ratios = [float(x["time_us"]) / float(m[size]["time_us"])
+                          for x, m in zip((next((q for q in r.rows if int(q["size"]) == size),
+                                                None) for r in runs), mine_by_round, strict=True)
+                          if x is not None and size in m and float(m[size]["time_us"]) > 0]
+                if ratios:
+                    row["ratio_range"] = [min(ratios), max(ratios)]
+            out.rows.append(row)
+        merged.append(out)
+    return merged
+
+
 # --------------------------------------------------------------------------------------------
 # Reporting
 
@@ -200,8 +247,12 @@ def render(runs: Sequence[SweepRun], collective: str, np: int) -> str:
         data = "float32 sum" if collective in REDUCING else "float32"
         what = (f"{collective}, {data}; GB/s = 1e9 bytes/s; "
                 f"busbw = algbw x {bus_factor(collective, np):.3g}")
+    rounds = max((int(r.get("rounds", 1)) for run in runs for r in run.rows), default=1)
     head = [f"{what}; np={np}; time = max over ranks of the mean per iteration (us); "
             "ratio = peer time / ringworld time (above 1: ringworld faster)", "runs:"]
+    if rounds > 1:
+        head.insert(1, f"median of {rounds} alternating rounds; in brackets the lowest and "
+                       "highest ratio of a single round")
     head += [f"  {r.label:8} {r.library}" for r in runs if not r.skipped]
     parts = ["\n".join(head)]
     headers = ["size", "count", "iters", f"{mine.label} us", "algbw", "busbw", "#wrong",
@@ -226,6 +277,9 @@ def render(runs: Sequence[SweepRun], collective: str, np: int) -> str:
                 cells += ["-", "-", "-"]
                 continue
             ratio = _ratio(other["time_us"], row["time_us"] if row else 0.0)
+            if "ratio_range" in other:
+                lo, hi = other["ratio_range"]
+                ratio += f" ({lo:.2f}-{hi:.2f})"
             cells += [_num(other["time_us"]), _num(other["busbw_GBps"]), ratio]
         rows.append(cells)
     if rows:
@@ -337,6 +391,9 @@ def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
     common.add_argument("--torch-python", default=os.environ.get("RINGWORLD_TORCH_PYTHON"),
                         help="python (or venv) with torch; default $RINGWORLD_TORCH_PYTHON, "
                              "else --mpi-python, else the current python")
+    common.add_argument("--rounds", type=int, default=1,
+                        help="run every library this many times, alternating, and report "
+                             "medians (default 1)")
     common.add_argument("--timeout", type=float, default=900.0,
                         help="seconds per job before killing it (default 900)")
     common.add_argument("--json", type=Path, default=None, help="write raw results here")
@@ -359,7 +416,7 @@ def _meta(args: argparse.Namespace, sizes: list[int]) -> dict[str, Any]:
         "numpy": numpy.__version__, "argv": sys.argv, "collective": args.collective,
         "np": args.np, "sizes": sizes, "transport": args.transport,
         "algorithm": args.algorithm, "check": args.check, "iters": args.iters,
-        "time_per_size": args.time_per_size,
+        "time_per_size": args.time_per_size, "rounds": args.rounds,
     }
 
 
@@ -371,6 +428,8 @@ def _validate(args: argparse.Namespace) -> list[int]:
     """
     if args.np < 1 or args.iters < 0 or args.time_per_size <= 0 or args.timeout <= 0:
         raise ValueError("-n must be >= 1, --iters >= 0, --time-per-size and --timeout > 0")
+    if args.rounds < 1:
+        raise ValueError(f"--rounds must be >= 1, got {args.rounds}")
     if args.algorithm is not None:
         known = _algorithms(args.collective)
         if known is not None and args.algorithm not in known:
@@ -396,7 +455,12 @@ def run(args: argparse.Namespace) -> int:
         _progress(f"{args.collective}: sizes {', '.join(fmt_size(s) for s in sizes)}; "
                   f"np={args.np}")
     meta = _meta(args, sizes)
-    runs = run_all(args, sizes)
+    rounds = []
+    for k in range(args.rounds):
+        if args.rounds > 1:
+            _progress(f"round {k + 1} of {args.rounds}")
+        rounds.append(run_all(args, sizes))
+    runs = merge_rounds(rounds)
     print(render(runs, args.collective, args.np))
     if args.json is not None:
         doc = {"meta": meta, "runs": {r.label: r.to_json() for r in runs}}
