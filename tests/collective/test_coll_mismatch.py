@@ -49,11 +49,17 @@ try:
             comm.allreduce(np.ones(4), np.empty(4), algorithm="recursive_doubling", timeout=20)
     elif kind == "root":
         comm.bcast(np.ones(8), root=1 if r == 2 else 0, algorithm="binomial", timeout=20)
+    elif kind == "roots":  # every rank its own root: ranks only send, nobody receives
+        comm.bcast(np.full(8, r + 1.0), root=r, algorithm="binomial", timeout=20)
+    elif kind == "roots-large":  # the same, with sends that wait for a receiver
+        comm.bcast(np.full(1 << 19, r + 1.0), root=r, algorithm="binomial", timeout=20)
+    elif kind == "roots-object":
+        comm.bcast_obj(r, root=r, timeout=20)
     print(f"rank {r}: ok", flush=True)
 except ringworld.MismatchError as exc:
     print(f"rank {r}: mismatch: {exc}", flush=True)
 time.sleep(1)  # stay until the others have seen it too
-if kind == "root":  # ranks that finished the broken call fail in their next one
+if kind.startswith("root"):  # ranks that finished the broken call fail in their next one
     try:
         comm.allreduce(np.ones(2), np.empty(2), algorithm="ring", timeout=20)
         print(f"next {r}: ok", flush=True)
@@ -126,3 +132,23 @@ def test_object_collectives_are_checked_too(tmp_path: Path, kind: str, transport
         else:
             assert "allreduce_obj(root=0, op=sum)" in line.group(1), out
             assert "allreduce(algorithm=" in line.group(1), out
+
+
+@pytest.mark.parametrize(("transport", "kind"), [("tcp", "roots"), ("shm", "roots"),
+                                                 ("tcp", "roots-large"), ("tcp", "roots-object")])
+def test_ranks_that_each_think_they_are_the_root_fail(tmp_path: Path, transport: str,
+                                                      kind: str) -> None:
+    """Both ranks only send: no receive meets the other's message. The message of the same
+    call with another signature (or of a call already finished) is caught when it arrives or
+    when the call starts; the broadcast itself or, at the latest, the next call that polls for
+    messages fails on both ranks, showing both calls. (Shared-memory collectives do not poll
+    when they need not wait: they find it at the first call after a poll.)"""
+    out = _run(tmp_path, kind, 2, transport)
+    call = r"bcast_obj\(root=\d" if kind == "roots-object" else r"bcast\([^)]*root=\d\)"
+    for rank in (0, 1):
+        seen = re.findall(rf"(?:rank|next) {rank}: (.*)", out)
+        assert len(seen) == 2, out
+        assert "mismatch: collective mismatch on world, call #0:" in seen[1], out
+        assert len(re.findall(call, seen[1])) == 2, out  # both calls shown
+        if kind == "roots-large":  # sends waiting for a receiver fail in the call itself
+            assert seen[0].startswith("mismatch:"), out

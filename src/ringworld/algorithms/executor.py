@@ -24,7 +24,7 @@ from ringworld.algorithms.schedule import COPY, Schedule
 from ringworld.comm.engine import RECV_SPIN
 from ringworld.comm.ops import Op
 from ringworld.comm.requests import SEQ_MASK, SIG_SHIFT, RecvRequest, Request
-from ringworld.errors import PeerFailure
+from ringworld.errors import MismatchError, PeerFailure
 
 if TYPE_CHECKING:
     from ringworld.comm.communicator import Communicator
@@ -89,6 +89,8 @@ class CollectiveRequest(Request[T]):
         # the call's signature rides in the tag's high bits: the engine fails a receive whose
         # peer sent the same sequence number with another signature (MismatchError)
         self._tag = comm.next_seq() | (sig << SIG_SHIFT)
+        if sig:
+            comm._engine.note_call(comm.coll_context, self._tag)
         arrs = list(arrays)
         while len(arrs) < 3:
             arrs.append(_NO_DATA)
@@ -111,6 +113,7 @@ class CollectiveRequest(Request[T]):
                 self._start()
             if not inline and not self._advance():
                 self._engine.background.append(self._poll)
+                self._engine.open_calls[comm.coll_context].add(self._tag & SEQ_MASK)
                 self._registered = True
         except BaseException:
             self._release()
@@ -186,6 +189,9 @@ class CollectiveRequest(Request[T]):
             self._start()
 
     def _complete(self) -> None:
+        engine = self._engine
+        if engine.strays or engine.mismatched:  # found meanwhile: this call may be broken too
+            engine.check_mismatched(self._comm.coll_context, self._tag & SEQ_MASK)
         self._release()
         if self._finish is not None:
             self._result = self._finish()
@@ -199,6 +205,8 @@ class CollectiveRequest(Request[T]):
             self._registered = False
             with contextlib.suppress(ValueError):
                 self._engine.background.remove(self._poll)
+            if self._error is None:
+                self._engine.open_calls[self._comm.coll_context].discard(self._tag & SEQ_MASK)
 
     def _poll(self) -> None:
         """Advance from the engine's progress loop; errors are kept for ``wait``."""
@@ -214,6 +222,8 @@ class CollectiveRequest(Request[T]):
             self._engine.report_failure(exc)
         self._error = exc
         self._finished = True
+        # given up here: messages of this call may still come, and are no strays (see Engine)
+        self._engine.open_calls[self._comm.coll_context].add(self._tag & SEQ_MASK)
         for r in self._pending:
             r.cancel()
         self._release()
@@ -262,7 +272,16 @@ class CollectiveRequest(Request[T]):
             raise
 
     def _step_done(self) -> bool:
-        return all(r.done for r in self._pending)
+        if all(r.done for r in self._pending):
+            return True
+        engine = self._engine
+        if engine.mismatched or engine.remote_mismatches:  # sends wait for receivers that
+            broken = engine.mismatched.get(self._comm.coll_context)  # will never come
+            if broken is None or (self._tag & SEQ_MASK) < broken[0]:
+                engine.check_mismatched(self._comm.coll_context)
+            else:
+                raise MismatchError(f"{broken[1]} (this rank in call #{self._tag & SEQ_MASK})")
+        return False
 
     # ------------------------------------------------------------------ Request API
     @property

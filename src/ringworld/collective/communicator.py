@@ -97,6 +97,9 @@ class Communicator(ObjectCollectives):
         first sync: a disagreement raises MismatchError on every rank instead of corrupting.
         """
         seq = self.next_seq()  # shared-memory collectives send no messages but keep tags in step
+        e = self._engine
+        if e.mismatched or e.remote_mismatches or e.strays:  # the sequence broke earlier
+            e.check_mismatched(self.coll_context)
         if self._arena is None:
             try:
                 self._arena = shm.Arena(self, lambda: self.barrier(algorithm="dissemination",

@@ -90,7 +90,9 @@ class ObjectCollectives(P2PCommunicator):
             text = f"{what}(root={root}, op={op or '-'})"
             sig = _OBJ_SIGNATURES[key] = (zlib.crc32(text.encode()) & 0xFFFF) | 1
             self._engine.signatures[sig] = text
-        return self.next_seq() | (sig << SIG_SHIFT)
+        tag = self.next_seq() | (sig << SIG_SHIFT)
+        self._engine.note_call(self.coll_context, tag)
+        return tag
 
     def _send(self, enc: _Encoded, dest: int, tag: int) -> Request[None] | None:
         return self.coll_isend_raw(enc.segments, enc.nbytes, enc.flags, dest, tag, enc.keep)

@@ -21,7 +21,14 @@ from collections import defaultdict
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
-from ringworld.comm.requests import ANY_SOURCE, ANY_TAG, SEQ_MASK, SIG_SHIFT, RecvRequest
+from ringworld.comm.requests import (
+    ANY_SOURCE,
+    ANY_TAG,
+    SEQ_MASK,
+    SIG_SHIFT,
+    TAG_UB,
+    RecvRequest,
+)
 from ringworld.errors import (
     CommBroken,
     CommRevoked,
@@ -94,6 +101,14 @@ class Engine:
         self.hosts: list[str] = ["local"] * size  # each world rank's host label
         self.signatures: dict[int, str] = {}  # collective call signature hash -> description
         self._mismatched: list[tuple[RecvRequest[Any], int, int]] = []  # found while polling
+        # signed collective calls (see note_call): context -> tag of the call this rank is in
+        self.entered_tag: dict[int, int] = {}
+        self.previous_tag: dict[int, int] = {}  # ... and of the signed call before it
+        # collective calls not finished on this rank, whose messages may still come late:
+        # nonblocking ones in flight and ones that failed here (context -> sequence numbers)
+        self.open_calls: defaultdict[int, set[int]] = defaultdict(set)
+        # messages no call of this rank will take (context, tag, sender): see _check_unexpected
+        self.strays: list[tuple[int, int, int]] = []
         self.explain: Callable[[str], str] | None = None  # the monitor's job-wide diagnosis
 
     # ------------------------------------------------------------------ contexts
@@ -131,6 +146,9 @@ class Engine:
                 if not table.get(c, True):
                     del table[c]
             self.entered.pop(c, None)
+            self.entered_tag.pop(c, None)
+            self.previous_tag.pop(c, None)
+            self.open_calls.pop(c, None)
             self.comm_names.pop(c, None)
             self.mismatched.pop(c, None)
 
@@ -149,6 +167,8 @@ class Engine:
                     return
             if inc.tag > SEQ_MASK:  # a signed collective message nobody takes: a mismatch?
                 self._check_signatures(inc.context, inc.source, inc.tag, posted)
+        if inc.tag > SEQ_MASK and self.entered_tag:
+            self._check_unexpected(inc.context, inc.tag, inc.source)
         self.unexpected[inc.context].append(inc.detach())
 
     def post(self, req: RecvRequest[Any]) -> None:
@@ -190,6 +210,83 @@ class Engine:
                 del posted[i]
                 self._mismatch(r, tag, source)
                 return
+
+    # ------------------------------------------------------------------ stray messages
+    def note_call(self, context: int, tag: int) -> None:
+        """Record that this rank entered the signed collective call ``tag`` on ``context``.
+
+        A message of this call queued with another signature is a mismatch even when this rank
+        posts no receive in the call (a root that only sends): found here or on arrival.
+        Cost: a dict store; a scan only when messages wait unexpected on ``context``.
+        """
+        old = self.entered_tag.get(context)
+        if old is not None:
+            self.previous_tag[context] = old
+        self.entered_tag[context] = tag
+        waiting = self.unexpected.get(context)
+        if waiting:
+            seq = tag & SEQ_MASK
+            for m in waiting:
+                if m.tag & SEQ_MASK == seq and m.tag > SEQ_MASK and m.tag != tag:
+                    self.strays.append((context, m.tag, m.source))
+                    return
+
+    def _check_unexpected(self, context: int, tag: int, source: int) -> None:
+        """A signed collective message nobody has asked for: note it as a stray (a mismatch)
+        when it is of this rank's current call with another signature, or of a call this rank
+        finished without taking it (every message of a call is taken within the call)."""
+        mine = self.entered_tag.get(context)
+        if mine is None or context in self.mismatched:
+            return
+        seq = tag & SEQ_MASK
+        current = self.entered.get(context, mine & SEQ_MASK)
+        behind = (current - seq) & TAG_UB
+        if behind == 0:
+            if mine & SEQ_MASK == seq and mine != tag:
+                self.strays.append((context, tag, source))
+        elif behind < TAG_UB // 2 and seq not in self.open_calls.get(context, ()):
+            self.strays.append((context, tag, source))
+
+    def _fail_strays(self) -> None:
+        """Turn the stray messages found while polling into mismatches on their communicators:
+        the other ranks learn through the fault-tolerance service, every later call fails."""
+        found, self.strays = self.strays, []
+        for context, tag, sender in found:
+            if context in self.mismatched:
+                continue
+            seq = tag & SEQ_MASK
+            mine = "a call that ended without taking it"
+            for t in (self.entered_tag.get(context, 0), self.previous_tag.get(context, 0)):
+                if t & SEQ_MASK == seq and t > SEQ_MASK:
+                    mine = self.signatures.get(t >> SIG_SHIFT, f"signature {t >> SIG_SHIFT:04x}")
+                    break
+            other = self.signatures.get(tag >> SIG_SHIFT)
+            if self.ft is not None:
+                with contextlib.suppress(RingworldError):
+                    if other is None:  # the sender's call, as it publishes it (when it sees
+                        other = self.ft.exchange_signature(context, seq, sender, mine)  # one)
+                    else:
+                        self.ft.publish_signature(context, seq, mine)
+                    self.ft.publish_mismatch(context, seq, mine, sender, other)
+            self.fail_call(context, seq, self.rank, mine, sender,
+                           other or f"another call (signature {tag >> SIG_SHIFT:04x})")
+
+    def check_mismatched(self, context: int, seq: int | None = None) -> None:
+        """Raise the mismatch that broke ``context``'s collective sequence (at call ``seq`` or
+        before, if given), if any: calls that send no messages, such as the shared-memory ones,
+        check here, and calls that found a stray while completing.
+
+        Raises:
+            MismatchError: a collective call on this context met another rank's different one.
+        """
+        if self.strays:
+            self._fail_strays()
+        while self.remote_mismatches:
+            self.fail_call(*self.remote_mismatches.pop())
+        broken = self.mismatched.get(context)
+        if broken is not None and (seq is None or broken[0] <= seq):
+            raise MismatchError(broken[1] if seq is None or seq == broken[0]
+                                else f"{broken[1]} (this rank in call #{seq})")
 
     def _mismatch(self, req: RecvRequest[Any], theirs: int, sender: int) -> None:
         """Note that ``req`` met ``sender``'s message of another call; :meth:`progress` fails
@@ -255,6 +352,8 @@ class Engine:
         posted = self.posted.get(req.context)
         if posted and req in posted:
             posted.remove(req)
+            if req.tag > SEQ_MASK:  # a collective given up here: its late messages are no strays
+                self.open_calls[req.context].add(req.tag & SEQ_MASK)
             return True
         return False
 
@@ -326,6 +425,9 @@ class Engine:
                 raise
         if self._mismatched:
             self._fail_mismatched()
+            did = True
+        if self.strays:
+            self._fail_strays()
             did = True
         if self.background:
             for advance in tuple(self.background):
