@@ -245,3 +245,27 @@ def test_cli_plot_draws_bandwidth_against_size(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     _assert_rows_ok(doc["runs"]["rw-shm"], [1024, 65536])
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+
+
+def _row(size: int, us: float, wrong: int = 0) -> dict[str, Any]:
+    return {"size": size, "count": size // 4, "iters": 10, "time_us": us,
+            "algbw_GBps": size / us / 1e3, "busbw_GBps": size / us / 1e3, "wrong": wrong,
+            "checked": 100, "algorithm": "ring"}
+
+
+def test_rounds_merge_to_medians_and_ratio_ranges() -> None:
+    from ringworld.bench.sweep import SweepRun, merge_rounds
+
+    def rnd(mine: float, peer: float, wrong: int = 0) -> list[SweepRun]:
+        return [SweepRun("rw-shm", "ringworld", rows=[_row(1024, mine, wrong)]),
+                SweepRun("mpich", "mpi4py", rows=[_row(1024, peer)])]
+
+    merged = merge_rounds([rnd(10.0, 20.0), rnd(40.0, 30.0), rnd(20.0, 10.0, wrong=1)])
+    mine, peer = merged[0].rows[0], merged[1].rows[0]
+    assert mine["time_us"] == 20.0 and peer["time_us"] == 20.0  # medians of each library
+    assert mine["iters"] == 30 and mine["wrong"] == 1 and mine["rounds"] == 3
+    assert mine["algbw_GBps"] == pytest.approx(1024 / 20.0 / 1e3)
+    assert peer["ratio_range"] == [0.5, 2.0]  # 20/10, 30/40, 10/20 round by round
+    text = render(merged, "allreduce", 2)
+    assert "median of 3 alternating rounds" in text and "1.00x (0.50-2.00)" in text
+    assert merge_rounds([rnd(1.0, 2.0)])[1].rows[0]["time_us"] == 2.0  # one round: as is
