@@ -347,3 +347,49 @@ def _peer_dies_quietly(comm: Communicator) -> float:
 def test_peer_leaving_early_is_detected_within_seconds(transport: str) -> None:
     out = run_processes(2, _peer_dies_quietly, transport=transport, timeout=30)
     assert out[0] < 2.5
+
+
+def _large_unmatched(comm: Communicator) -> list[str]:
+    """Large messages that arrive before their receive is posted (shared memory: rendezvous)."""
+    import time
+
+    from ringworld.comm import engine as engine_mod
+
+    peer = 1 - comm.rank
+    n = 1 << 18  # 2 MiB of float64: above the eager limit
+    mine = np.arange(n, dtype=np.float64) + comm.rank * n
+    got = np.empty(n)
+    errors = []
+    # both ranks send first, blocking: completes because an unmatched announcement is pulled
+    # into a buffer of the receiver's after DEFER_DETACH (sends behave as buffered)
+    comm.send(mine, peer, 1, timeout=20)
+    comm.recv(got, peer, 1, timeout=20)
+    if not np.array_equal(got, np.arange(n, dtype=np.float64) + peer * n):
+        errors.append("head-to-head exchange: wrong data")
+    # a message waiting unmatched stays an announcement until the delay has passed
+    comm.barrier()
+    e = comm._engine
+    if comm.rank == 0:
+        comm.send(mine, 1, 2, timeout=20)
+    else:
+        deadline = time.monotonic() + 10
+        while comm.iprobe(0, 2) is None and time.monotonic() < deadline:
+            pass
+        queued = e.unexpected[comm.context]
+        if comm.transport == "shm":
+            if not (queued and queued[0].lazy):
+                errors.append(f"not kept lazy: {queued}")
+            time.sleep(2 * engine_mod.DEFER_DETACH)
+            e.progress()
+            if any(m.lazy for m in queued):
+                errors.append("not detached after the delay")
+        comm.recv(got, 0, 2, timeout=20)
+        if not np.array_equal(got, mine - comm.rank * n):
+            errors.append("deferred message: wrong data")
+    comm.barrier()
+    return errors
+
+
+def test_large_messages_arriving_before_their_receive(transport: str) -> None:
+    out = run_processes(2, _large_unmatched, transport=transport, timeout=90)
+    assert out == [[], []]

@@ -46,6 +46,12 @@ class Incoming(ABC):
 
     __slots__ = ("context", "flags", "nbytes", "source", "tag")
 
+    #: True for an announcement that stays valid after the deliver callback returns and holds
+    #: nothing up but its own sender (a rendezvous): the engine may queue it as it is, so that
+    #: a receive posted soon after takes the payload straight into the caller's buffer, and
+    #: detaches it only if no receive comes within a millisecond.
+    lazy = False
+
     def __init__(self, source: int, context: int, tag: int, flags: int, nbytes: int) -> None:
         self.source = source
         self.context = context

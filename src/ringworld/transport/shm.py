@@ -261,13 +261,16 @@ class _EagerIncoming(Incoming):
 class _RendezvousIncoming(Incoming):
     """A large message announced by RTS; data moves once a receive names a buffer.
 
-    An unmatched one is pulled into an owned buffer at once (``detach``), so a sender never
-    blocks on a receiver that has not posted yet: sends behave as buffered, as over TCP, and
-    the classic "both ranks send first" exchange cannot deadlock. Matched receives get the data
-    straight into the caller's buffer.
+    An unmatched one waits in the engine's unexpected queue as it is for up to a millisecond
+    (``lazy``), so a receive posted right after it (the next segment of a pipelined collective, a
+    loop of blocking receives) still gets the data straight into its buffer; after that it is
+    pulled into an owned buffer (``detach``), so a sender never waits long on a receiver that
+    has not posted yet: sends behave as buffered, as over TCP, and the classic "both ranks send
+    first" exchange cannot deadlock.
     """
 
     __slots__ = ("msg_id", "transport")
+    lazy = True  # the sender waits for a clear-to-send; nothing else is held up
 
     def __init__(self, transport: ShmTransport, source: int, context: int, tag: int, flags: int,
                  nbytes: int, msg_id: int) -> None:
