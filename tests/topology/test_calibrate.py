@@ -61,3 +61,44 @@ def test_calibrate_command_compare_with_a_constants_file(tmp_path) -> None:
     assert "pred/meas" in proc.stdout
     rows = json.loads(out.read_text())
     assert {r["algorithm"] for r in rows} == {"ring", "recursive_doubling", "bruck"}
+
+
+def test_fit_recovers_the_constants_that_produced_the_times() -> None:
+    """Times simulated with known constants, fitted from constants off by 1.5-3x: the fit
+    finds constants that reproduce every time closely (and says how far off it started)."""
+    true = Constants(step=30e-6, message=8e-6, bandwidth=3e9, reduce_rate=2.5e9, copy_rate=6e9)
+    topo = calibrate.local_topology(nranks=2, constants=true)
+    rows = [{"collective": coll, "algorithm": algo, "bytes": nb,
+             "seconds": calibrate.predict(topo, coll, algo, nb, 2)}
+            for coll, algo in [("allreduce", "ring"), ("allreduce", "recursive_doubling"),
+                               ("bcast", "binomial"), ("allgather", "bruck")]
+            for nb in (64 << 10, 4 << 20)]
+    start = true._replace(step=90e-6, bandwidth=1e9, reduce_rate=5e9)
+    f = calibrate.fit(rows, start, 2)
+    assert f.worst_before > 0.5
+    assert f.rms_after < 0.1 * f.rms_before
+    assert f.worst_after < 0.1
+    fitted = calibrate.local_topology(nranks=2, constants=f.constants)
+    for r in rows:
+        got = calibrate.predict(fitted, str(r["collective"]), str(r["algorithm"]),
+                                int(r["bytes"]), 2)
+        assert abs(got / float(r["seconds"]) - 1) < 0.1
+    with pytest.raises(ValueError, match="at least one"):
+        calibrate.fit([], start, 2)
+    with pytest.raises(ValueError, match="positive"):
+        calibrate.fit([{**rows[0], "seconds": 0.0}], start, 2)
+
+
+def test_calibrate_command_fits_saves_and_compares(tmp_path) -> None:
+    path = tmp_path / "fit.json"
+    proc = subprocess.run([sys.executable, "-m", "ringworld", "calibrate", "--fit", "--save",
+                           str(path), "--compare", "--sizes", "256KiB,1MiB", "--compare-sizes",
+                           "512KiB", "--collectives", "allreduce"],
+                          capture_output=True, text=True, timeout=240, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "fitted to 6 measured calls: rms log error" in proc.stdout, proc.stdout
+    saved = constants.load(str(path))["shm"]
+    assert all(math.isfinite(v) and v > 0 for v in saved[:5])
+    rows = [line.split() for line in proc.stdout.splitlines() if line.startswith("allreduce ")]
+    assert {r[1] for r in rows} == {"ring", "rabenseifner", "recursive_doubling"}
+    assert {r[2] for r in rows} == {str(512 << 10)}  # compared at --compare-sizes

@@ -11,12 +11,20 @@ tuner's file format (``{"constants": {"shm": {...}}, ...}``), so one file serves
 :func:`compare` runs the real collectives (:mod:`ringworld.topology.measure_rank` under
 ``ringworld run``, each algorithm forced) and simulates the same registry schedules on the
 local topology: predicted / measured per (collective, algorithm, size).
+
+:func:`fit` goes one step further: the microbenchmarks behind :func:`calibrate` time one thing
+at a time, while a collective overlaps copies, reductions and messages on cores that share one
+memory system, so predictions from them alone were off by up to 3x here. ``fit`` adjusts the
+five constants (multiplicatively, by coordinate descent on the mean squared log ratio) until
+the simulated schedules match a set of measured collective calls; ``ringworld calibrate --fit``
+measures that set, fits, and saves the result for the simulator and the tuner alike.
 """
 
 from __future__ import annotations
 
 import datetime
 import json
+import math
 import platform
 import subprocess
 import sys
@@ -77,16 +85,23 @@ def params(path: str | Path | None, transport: str = "shm") -> Params:
     c = table.get(transport)
     if c is None:
         raise ConfigError(f"{path}: no constants for transport {transport!r}")
-    return Params(c.step, c.message, c.bandwidth, c.reduce_rate, c.copy_rate)
+    return _params(c)
 
 
 def local_topology(path: str | Path | None = None, nranks: int | None = None,
-                   transport: str = "shm", sysfs: str | Path = "/sys") -> Topology:
+                   transport: str = "shm", sysfs: str | Path = "/sys",
+                   constants: Constants | None = None) -> Topology:
     """This machine with CPU ranks (one per core, round-robin beyond) carrying calibrated
-    constants. Raises ConfigError for a bad file."""
+    constants (``constants`` if given, else those of the file ``path``). Raises ConfigError
+    for a bad file."""
     found = discover(sysfs, nvidia_smi=lambda: None).topology
-    topo = found.with_params("core", params(path, transport))
+    p = params(path, transport) if constants is None else _params(constants)
+    topo = found.with_params("core", p)
     return topo.with_ranks(nranks or topo.size)
+
+
+def _params(c: Constants) -> Params:
+    return Params(c.step, c.message, c.bandwidth, c.reduce_rate, c.copy_rate)
 
 
 def predict(topo: Topology, collective: str, algorithm: str, nbytes: int,
@@ -155,18 +170,77 @@ class Comparison:
 
 def compare(nranks: int, sizes: Sequence[int], collectives: Sequence[str],
             constants_path: str | Path | None = None, transport: str = "shm",
-            timeout: float = 600.0) -> list[Comparison]:
-    """Measure the collectives for real and simulate them on the calibrated local topology.
+            timeout: float = 600.0, constants: Constants | None = None) -> list[Comparison]:
+    """Measure the collectives for real and simulate them on the calibrated local topology
+    (with ``constants``, else those of ``constants_path``, else the built-in defaults).
 
     Raises:
         RuntimeError: the measurement job failed; ConfigError: bad constants file.
     Cost: one job of about (algorithms x sizes x 0.3 s) plus a fraction of a second of
     simulation per row.
     """
-    topo = local_topology(constants_path, nranks, transport)
+    topo = local_topology(constants_path, nranks, transport, constants=constants)
     out = []
     for row in measure_collectives(nranks, sizes, collectives, transport, timeout):
         coll, algo, nb = str(row["collective"]), str(row["algorithm"]), int(row["bytes"])
         out.append(Comparison(coll, algo, nb, nranks, predict(topo, coll, algo, nb, nranks),
                               float(row["seconds"])))
     return out
+
+
+FIELDS = ("step", "message", "bandwidth", "reduce_rate", "copy_rate")  # what fit adjusts
+
+
+@dataclass(frozen=True, slots=True)
+class Fit:
+    """The outcome of :func:`fit`: the constants, and the error before and after."""
+
+    constants: Constants
+    rms_before: float  # root mean square of log(predicted / measured), before fitting
+    rms_after: float
+    worst_before: float  # largest |predicted / measured - 1|
+    worst_after: float
+
+
+def _errors(topo: Topology, rows: Sequence[dict[str, float]], c: Constants,
+            nranks: int) -> list[float]:
+    t = topo.with_params("core", _params(c))
+    return [math.log(predict(t, str(r["collective"]), str(r["algorithm"]), int(r["bytes"]),
+                             nranks) / float(r["seconds"])) for r in rows]
+
+
+def _score(errs: Sequence[float]) -> float:
+    return math.sqrt(sum(e * e for e in errs) / max(1, len(errs)))
+
+
+def fit(rows: Sequence[dict[str, float]], start: Constants, nranks: int,
+        sysfs: str | Path = "/sys", rounds: int = 8) -> Fit:
+    """Constants under which the simulator reproduces the measured ``rows`` (as returned by
+    :func:`measure_collectives`) best, starting from ``start``.
+
+    Coordinate descent in log space: each round tries scaling each constant by a few factors
+    (shrinking from 2x to about 1.1x over the rounds) and keeps any change that lowers the
+    root mean square of log(predicted / measured). ``sync`` is kept.
+
+    Raises:
+        ValueError: no rows, or a row with a non-positive time.
+    Cost: rounds x 5 constants x 4 factors simulations of every row (a few ms each).
+    """
+    if not rows:
+        raise ValueError("fit needs at least one measured row")
+    if any(float(r["seconds"]) <= 0 for r in rows):
+        raise ValueError("fit: every measured time must be positive")
+    topo = discover(sysfs, nvidia_smi=lambda: None).topology.with_ranks(nranks)
+    best = start
+    errs = _errors(topo, rows, best, nranks)
+    before = _score(errs), max(abs(math.exp(e) - 1) for e in errs)
+    score = before[0]
+    for k in range(rounds):
+        step = 2.0 ** (1.0 / (1 + k))
+        for name in FIELDS:
+            for factor in (step, 1 / step, math.sqrt(step), 1 / math.sqrt(step)):
+                trial = best._replace(**{name: getattr(best, name) * factor})
+                e = _errors(topo, rows, trial, nranks)
+                if _score(e) < score - 1e-9:
+                    best, errs, score = trial, e, _score(e)
+    return Fit(best, before[0], score, before[1], max(abs(math.exp(e) - 1) for e in errs))

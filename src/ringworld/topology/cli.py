@@ -8,10 +8,11 @@
 bandwidth, the chosen one and why; ``--json`` adds each candidate's transfers
 (source, destination, bytes, start, end).
 
-``ringworld calibrate [--save FILE] [--compare] [--constants FILE] [--np N] [--sizes ...]
-[--collectives ...]``: measure this machine's constants (``--save`` writes them for
-``--constants`` and ``RINGWORLD_TUNING_FILE``) and, with ``--compare``, run the real collectives
-and print predicted vs measured times.
+``ringworld calibrate [--fit] [--save FILE] [--compare] [--constants FILE] [--np N]
+[--sizes ...] [--compare-sizes ...] [--collectives ...]``: measure this machine's constants
+(``--save`` writes them for ``--constants`` and ``RINGWORLD_TUNING_FILE``); with ``--fit`` also
+time the real collectives at ``--sizes`` and fit the constants to them; with ``--compare``, run
+the real collectives (a new job) and print predicted vs measured times.
 
 Exit status 0 on success, 1 when a measurement fails, 2 for bad arguments or topologies.
 """
@@ -27,6 +28,7 @@ from ringworld.bench.pingpong import parse_size, parse_sizes
 from ringworld.errors import ConfigError
 from ringworld.topology.model import TopologyError, dump, to_json
 from ringworld.topology.presets import PATTERNS, PRESETS
+from ringworld.tuning.cost import Constants
 
 
 def _ms(t: float) -> str:
@@ -102,31 +104,54 @@ def run_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _constants_line(c: Constants) -> str:
+    return (f"  step {c.step * 1e6:.1f} us  message {c.message * 1e6:.1f} us  bandwidth "
+            f"{c.bandwidth / 1e9:.2f} GB/s  reduce {c.reduce_rate / 1e9:.2f} GB/s  copy "
+            f"{c.copy_rate / 1e9:.2f} GB/s")
+
+
 def run_calibrate(args: argparse.Namespace) -> int:
     """Handle ``ringworld calibrate``."""
     from ringworld.topology import calibrate
+    from ringworld.tuning import constants as tuning_constants
 
     path = args.constants
-    if not args.compare or args.save:
-        print(f"measuring {args.transport} ...", file=sys.stderr, flush=True)
-        try:
+    c = None
+    collectives = args.collectives.split(",")
+    try:
+        if args.fit and path:
+            c = tuning_constants.load(path).get(args.transport)
+        if c is None and (args.fit or not args.compare or args.save):
+            print(f"measuring {args.transport} ...", file=sys.stderr, flush=True)
             c = calibrate.calibrate(args.transport)
-        except RuntimeError as exc:
-            print(f"ringworld calibrate: {exc}", file=sys.stderr)
-            return 1
-        print(f"  step {c.step * 1e6:.1f} us  message {c.message * 1e6:.1f} us  bandwidth "
-              f"{c.bandwidth / 1e9:.2f} GB/s  reduce {c.reduce_rate / 1e9:.2f} GB/s  copy "
-              f"{c.copy_rate / 1e9:.2f} GB/s")
-        if args.save:
-            calibrate.save(args.save, {args.transport: c})
-            print(f"saved to {args.save} (use --constants {args.save}, or "
-                  f"RINGWORLD_TUNING_FILE={args.save} for the tuner)")
-            path = path or args.save
+            print(_constants_line(c))
+        if args.fit:
+            assert c is not None
+            print(f"timing {', '.join(collectives)} at {len(args.sizes)} sizes on {args.np} "
+                  "ranks to fit against ...", file=sys.stderr, flush=True)
+            measured = calibrate.measure_collectives(args.np, args.sizes, collectives,
+                                                     args.transport)
+            fitted = calibrate.fit(measured, c, args.np)
+            c = fitted.constants
+            print(f"fitted to {len(measured)} measured calls: rms log error "
+                  f"{fitted.rms_before:.2f} -> {fitted.rms_after:.2f}, worst |predicted/measured"
+                  f" - 1| {fitted.worst_before:.0%} -> {fitted.worst_after:.0%}")
+            print(_constants_line(c))
+    except (RuntimeError, ConfigError) as exc:
+        print(f"ringworld calibrate: {exc}", file=sys.stderr)
+        return 1
+    if args.save and c is not None:
+        calibrate.save(args.save, {args.transport: c})
+        print(f"saved to {args.save} (use --constants {args.save}, or "
+              f"RINGWORLD_TUNING_FILE={args.save} for the tuner)")
     if not args.compare:
         return 0
+    if c is not None:
+        print("comparing with a new run (not the one fitted to) ...", file=sys.stderr,
+              flush=True)
     try:
-        rows = calibrate.compare(args.np, args.sizes, args.collectives.split(","), path,
-                                 args.transport)
+        rows = calibrate.compare(args.np, args.compare_sizes or args.sizes, collectives, path,
+                                 args.transport, constants=c)
     except (RuntimeError, ConfigError) as exc:
         print(f"ringworld calibrate: {exc}", file=sys.stderr)
         return 1
@@ -184,12 +209,17 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     c.add_argument("--save", metavar="FILE", help="write the measured constants to FILE")
     c.add_argument("--transport", choices=("shm", "tcp"), default="shm")
+    c.add_argument("--fit", action="store_true",
+                   help="also time real collectives and fit the constants to them (the "
+                        "simulator's predictions then match this machine's collectives)")
     c.add_argument("--compare", action="store_true",
                    help="run the collectives for real and print predicted vs measured")
     c.add_argument("--constants", metavar="FILE",
                    help="with --compare and no --save: constants to predict with")
     c.add_argument("-n", "--np", type=int, default=2, help="ranks for --compare (default 2)")
     c.add_argument("--sizes", type=parse_sizes, default=parse_sizes("1MiB,4MiB,16MiB"))
+    c.add_argument("--compare-sizes", type=parse_sizes, default=None,
+                   help="sizes for --compare (default: --sizes)")
     c.add_argument("--collectives", default="allreduce,bcast,allgather")
     c.add_argument("--json", metavar="FILE", help="with --compare: write the rows as JSON")
     c.add_argument("--plot", metavar="PNG", help="with --compare: chart predicted against "
