@@ -80,8 +80,9 @@ def test_fit_recovers_the_constants_that_produced_the_times() -> None:
     assert f.worst_after < 0.1
     fitted = calibrate.local_topology(nranks=2, constants=f.constants)
     for r in rows:
-        got = calibrate.predict(fitted, str(r["collective"]), str(r["algorithm"]),
-                                int(r["bytes"]), 2)
+        coll, nb = str(r["collective"]), int(r["bytes"])
+        got = calibrate.predict(fitted, coll, str(r["algorithm"]), nb, 2,
+                                calibrate.cache_factor(f.constants, coll, nb, 2))
         assert abs(got / float(r["seconds"]) - 1) < 0.1
     with pytest.raises(ValueError, match="at least one"):
         calibrate.fit([], start, 2)
@@ -102,3 +103,17 @@ def test_calibrate_command_fits_saves_and_compares(tmp_path) -> None:
     rows = [line.split() for line in proc.stdout.splitlines() if line.startswith("allreduce ")]
     assert {r[1] for r in rows} == {"ring", "rabenseifner", "recursive_doubling"}
     assert {r[2] for r in rows} == {str(512 << 10)}  # compared at --compare-sizes
+
+
+def test_cache_model_speeds_up_small_working_sets_only() -> None:
+    c = Constants(step=30e-6, message=8e-6, bandwidth=3e9, reduce_rate=2.5e9, copy_rate=6e9,
+                  cache_bytes=8 << 20, cache_speedup=2.0)
+    assert calibrate.working_set("allreduce", 1 << 20, 2) == 4 << 20
+    assert calibrate.cache_factor(c, "allreduce", 1 << 20, 2) == 2.0  # 4 MiB: in the cache
+    assert calibrate.cache_factor(c, "allreduce", 4 << 20, 2) == 1.0  # 16 MiB: twice it
+    assert 1.0 < calibrate.cache_factor(c, "allreduce", 3 << 20, 2) < 2.0
+    assert calibrate.cache_factor(c._replace(cache_bytes=0.0), "bcast", 1, 2) == 1.0
+    topo = calibrate.local_topology(nranks=2, constants=c)
+    slow = calibrate.predict(topo, "allreduce", "ring", 1 << 20, 2)
+    fast = calibrate.predict(topo, "allreduce", "ring", 1 << 20, 2, 2.0)
+    assert fast < 0.75 * slow

@@ -104,13 +104,42 @@ def _params(c: Constants) -> Params:
     return Params(c.step, c.message, c.bandwidth, c.reduce_rate, c.copy_rate)
 
 
+def working_set(collective: str, nbytes: int, nranks: int) -> float:
+    """Bytes the buffers of one call span, over all ranks (send and receive buffers)."""
+    per_rank = {"bcast": nbytes, "allgather": nbytes + nbytes / nranks}.get(collective,
+                                                                            2 * nbytes)
+    return nranks * per_rank
+
+
+def cache_factor(c: Constants, collective: str, nbytes: int, nranks: int) -> float:
+    """How much faster than its main-memory rates a call of ``nbytes`` runs under ``c``'s
+    cache model: ``cache_speedup`` up to ``cache_bytes`` of working set, 1 from twice that,
+    geometric in between."""
+    if c.cache_bytes <= 0 or c.cache_speedup == 1.0:
+        return 1.0
+    ws = working_set(collective, nbytes, nranks)
+    if ws <= c.cache_bytes:
+        return c.cache_speedup
+    if ws >= 2 * c.cache_bytes:
+        return 1.0
+    return float(c.cache_speedup ** (1 - math.log2(ws / c.cache_bytes)))
+
+
 def predict(topo: Topology, collective: str, algorithm: str, nbytes: int,
-            nranks: int) -> float:
-    """Simulated seconds of the registry schedule the communicator would run.
+            nranks: int, speedup: float = 1.0) -> float:
+    """Simulated seconds of the registry schedule the communicator would run, with the CPU
+    ranks' byte rates (transport, reduction, copy) multiplied by ``speedup`` (see
+    :func:`cache_factor`).
 
     Raises:
         ValueError: unknown collective or algorithm.
     """
+    if speedup != 1.0:
+        base = next(d for d in topo.devices if d.kind == "core").params()
+        topo = topo.with_params("core", Params(base.overhead, base.message,
+                                               base.engine * speedup,
+                                               base.reduce_rate * speedup,
+                                               base.copy_rate * speedup))
     p = nranks
     seg = SEGMENT_BYTES // 4
     if collective == "allgather":
@@ -179,16 +208,24 @@ def compare(nranks: int, sizes: Sequence[int], collectives: Sequence[str],
     Cost: one job of about (algorithms x sizes x 0.3 s) plus a fraction of a second of
     simulation per row.
     """
-    topo = local_topology(constants_path, nranks, transport, constants=constants)
+    if constants is None:
+        c = tuning_constants.load(None if constants_path is None else str(constants_path)).get(
+            transport)
+        if c is None:
+            raise ConfigError(f"{constants_path}: no constants for transport {transport!r}")
+        constants = c
+    topo = local_topology(nranks=nranks, constants=constants)
     out = []
     for row in measure_collectives(nranks, sizes, collectives, transport, timeout):
         coll, algo, nb = str(row["collective"]), str(row["algorithm"]), int(row["bytes"])
-        out.append(Comparison(coll, algo, nb, nranks, predict(topo, coll, algo, nb, nranks),
-                              float(row["seconds"])))
+        t = predict(topo, coll, algo, nb, nranks, cache_factor(constants, coll, nb, nranks))
+        out.append(Comparison(coll, algo, nb, nranks, t, float(row["seconds"])))
     return out
 
 
-FIELDS = ("step", "message", "bandwidth", "reduce_rate", "copy_rate")  # what fit adjusts
+# what fit adjusts (cache_bytes starts at the last-level cache's size, cache_speedup at 1)
+FIELDS = ("step", "message", "bandwidth", "reduce_rate", "copy_rate", "cache_bytes",
+          "cache_speedup")
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,8 +242,12 @@ class Fit:
 def _errors(topo: Topology, rows: Sequence[dict[str, float]], c: Constants,
             nranks: int) -> list[float]:
     t = topo.with_params("core", _params(c))
-    return [math.log(predict(t, str(r["collective"]), str(r["algorithm"]), int(r["bytes"]),
-                             nranks) / float(r["seconds"])) for r in rows]
+    out = []
+    for r in rows:
+        coll, nb = str(r["collective"]), int(r["bytes"])
+        sim = predict(t, coll, str(r["algorithm"]), nb, nranks, cache_factor(c, coll, nb, nranks))
+        out.append(math.log(sim / float(r["seconds"])))
+    return out
 
 
 def _score(errs: Sequence[float]) -> float:
@@ -220,27 +261,61 @@ def fit(rows: Sequence[dict[str, float]], start: Constants, nranks: int,
 
     Coordinate descent in log space: each round tries scaling each constant by a few factors
     (shrinking from 2x to about 1.1x over the rounds) and keeps any change that lowers the
-    root mean square of log(predicted / measured). ``sync`` is kept.
+    root mean square of log(predicted / measured). ``sync`` is kept. Without a cache model in
+    ``start``, three starts are tried (a 2x speed-up up to a quarter or half of this machine's
+    last-level cache, and none) and the best fit is kept.
 
     Raises:
         ValueError: no rows, or a row with a non-positive time.
-    Cost: rounds x 5 constants x 4 factors simulations of every row (a few ms each).
+    Cost: up to 3 starts x rounds x 7 constants x 4 factors simulations of every row (a few
+    ms each): seconds for a few dozen rows.
     """
     if not rows:
         raise ValueError("fit needs at least one measured row")
     if any(float(r["seconds"]) <= 0 for r in rows):
         raise ValueError("fit: every measured time must be positive")
     topo = discover(sysfs, nvidia_smi=lambda: None).topology.with_ranks(nranks)
-    best = start
-    errs = _errors(topo, rows, best, nranks)
+    errs = _errors(topo, rows, start, nranks)
     before = _score(errs), max(abs(math.exp(e) - 1) for e in errs)
-    score = before[0]
+    starts = [start]
+    if start.cache_bytes <= 0:  # coordinate descent cannot find the cache's step by itself
+        llc = float(_cache_size(sysfs))
+        starts = [start._replace(cache_bytes=llc / k, cache_speedup=2.0) for k in (4, 2)]
+        starts.append(start._replace(cache_bytes=llc, cache_speedup=1.0))
+    best, score = start, math.inf
+    for s0 in starts:
+        c, sc = _descend(topo, rows, s0, nranks, rounds)
+        if sc < score:
+            best, score = c, sc
+    errs = _errors(topo, rows, best, nranks)
+    return Fit(best, before[0], score, before[1], max(abs(math.exp(e) - 1) for e in errs))
+
+
+def _descend(topo: Topology, rows: Sequence[dict[str, float]], start: Constants, nranks: int,
+             rounds: int) -> tuple[Constants, float]:
+    best = start
+    score = _score(_errors(topo, rows, best, nranks))
     for k in range(rounds):
         step = 2.0 ** (1.0 / (1 + k))
         for name in FIELDS:
             for factor in (step, 1 / step, math.sqrt(step), 1 / math.sqrt(step)):
                 trial = best._replace(**{name: getattr(best, name) * factor})
-                e = _errors(topo, rows, trial, nranks)
-                if _score(e) < score - 1e-9:
-                    best, errs, score = trial, e, _score(e)
-    return Fit(best, before[0], score, before[1], max(abs(math.exp(e) - 1) for e in errs))
+                sc = _score(_errors(topo, rows, trial, nranks))
+                if sc < score - 1e-9:
+                    best, score = trial, sc
+    return best, score
+
+
+def _cache_size(sysfs: str | Path) -> int:
+    """The largest CPU cache of cpu0 in bytes (sysfs), else 32 MiB."""
+    best = 0
+    for d in Path(sysfs, "devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            text = (d / "size").read_text().strip()
+        except OSError:
+            continue
+        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:].upper(), 1)
+        digits = text[:-1] if text[-1:].isalpha() else text
+        if digits.isdigit():
+            best = max(best, int(digits) * mult)
+    return best or 32 << 20

@@ -28,6 +28,11 @@ class Constants(NamedTuple):
     reduce_rate: float  # bytes/s of an in-place numpy reduction (out=) from main memory
     copy_rate: float    # bytes/s of a local numpy copy
     sync: float = math.inf  # s: one flag barrier over shared memory (inf: no shared memory)
+    # the simulator's cache model (fitted by `ringworld calibrate --fit`; the tuner ignores it):
+    # collectives whose buffers, over all ranks, span at most cache_bytes move and combine
+    # bytes cache_speedup times faster than the rates above; twice that size or more, at them
+    cache_bytes: float = 0.0
+    cache_speedup: float = 1.0
 
 
 class Work(NamedTuple):
