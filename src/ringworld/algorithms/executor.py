@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from ringworld.algorithms.schedule import COPY, Schedule
-from ringworld.comm.engine import RECV_SPIN
 from ringworld.comm.ops import Op
 from ringworld.comm.requests import SEQ_MASK, SIG_SHIFT, RecvRequest, Request
 from ringworld.errors import MismatchError, PeerFailure
@@ -247,7 +246,7 @@ class CollectiveRequest(Request[T]):
                     first = pending[0]
                     if len(pending) == 1 and isinstance(first, RecvRequest):
                         if not first._done:
-                            engine.spin(first, RECV_SPIN)
+                            engine.spin(first, engine.recv_spin)
                             if not first._done:
                                 engine.wait_for(self._step_done, timeout, self.describe,
                                                 self.depends)

@@ -22,7 +22,7 @@ from collections.abc import Callable, Collection, Sequence
 from typing import Any, Self, TypeVar
 
 from ringworld.comm import objects
-from ringworld.comm.engine import CHECK_PEERS_EVERY, RECV_SPIN, SELF_CONTEXT, Engine
+from ringworld.comm.engine import CHECK_PEERS_EVERY, SELF_CONTEXT, Engine
 from ringworld.comm.requests import (
     ANY_SOURCE,
     ANY_TAG,
@@ -445,7 +445,7 @@ class Communicator:
             src = self._source(source)
         rtag = tag if type(tag) is int and 0 <= tag <= TAG_UB else self._recv_tag(tag)
         if src >= 0:
-            got = engine.take_direct(self.context, src, rtag, view, RECV_SPIN)
+            got = engine.take_direct(self.context, src, rtag, view, engine.recv_spin)
             if got is not None:
                 return _new_status(Status, (self._to_comm(src), got[0], got[2], False))
         return _post_and_wait(
@@ -512,7 +512,7 @@ class Communicator:
         src = self._source(source)
         rtag = self._recv_tag(tag)
         if src >= 0:
-            got = engine.take_direct(self.context, src, rtag, None, RECV_SPIN)
+            got = engine.take_direct(self.context, src, rtag, None, engine.recv_spin)
             if got is not None:
                 payload = got[3]
                 assert payload is not None
@@ -563,7 +563,7 @@ def _post_and_wait(req: RecvRequest[T], timeout: float | None) -> T:
     engine = req._engine
     engine.post(req)
     if not req._done:
-        engine.spin(req, RECV_SPIN)
+        engine.spin(req, engine.recv_spin)
         if not req._done:
             return req.wait_or_cancel(timeout)
     return req._value()
