@@ -519,11 +519,18 @@ class TcpTransport(Transport):
         if self._closed:
             raise TransportError("the TCP transport is closed")
         progressed = False
-        for peer in tuple(self._live):  # deliver callbacks may fail a peer (via isend)
+        live = self._live
+        ready: set[_Peer] | None = None
+        if len(live) > 1:  # one epoll_wait instead of a recv_into per peer (most find nothing)
+            ready = {key.data for key, _ in self._sel.select(0)}
+        for peer in tuple(live):  # deliver callbacks may fail a peer (via isend)
             if peer.failed is not None:
                 continue
             if peer.sendq and self._flush(peer):
                 progressed = True
+            if (ready is not None and peer not in ready and peer.rend == peer.rpos
+                    and peer.deferred is None):
+                continue  # nothing staged and nothing to read
             if self._receive(peer, deliver):
                 progressed = True
         return progressed
