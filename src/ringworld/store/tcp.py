@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import heapq
 import itertools
-import logging
 import math
 import selectors
 import socket
@@ -96,7 +95,11 @@ class _ProtocolError(Exception):
     """A client broke the wire protocol; its connection is dropped (and the reason logged)."""
 
 
-_log = logging.getLogger(__name__)
+def _warn(msg: str, *args: object) -> None:
+    """Log a warning (logging is imported on first use: ranks' start-up skips its 10 ms)."""
+    import logging
+
+    logging.getLogger(__name__).warning(msg, *args)
 
 
 def _peer_name(sock: socket.socket) -> str:
@@ -455,7 +458,7 @@ class TCPStoreServer:
         except _ProtocolError as exc:
             # Only authenticated clients get here, so logging each one cannot be used to flood.
             self._stats["protocol_errors"] += 1
-            _log.warning("store %s:%d: dropped the connection from %s: protocol error: %s",
+            _warn("store %s:%d: dropped the connection from %s: protocol error: %s",
                          *self.address, _peer_name(conn.sock), exc)
             self._drop(conn)
         except (OSError, _ClientGone):
