@@ -137,12 +137,14 @@ def test_agree_and_shrink_without_failures_keep_everyone(tmp_path: Path) -> None
 
 def test_recovery_exit_status_reflects_the_survivors(tmp_path: Path) -> None:
     body = """
-    import os, signal, sys
+    import os, signal, sys, time
     import ringworld
     comm = ringworld.init()
     comm.barrier()
     if comm.rank == 1:
         os.kill(os.getpid(), signal.SIGKILL)
+    if comm.rank == 2:  # fails after rank 1 is lost (at once, both would be the root cause)
+        time.sleep(0.5)
     sys.exit(3 if comm.rank == 2 else 0)  # a survivor that fails
     """
     r = ringworld("run", "-n", "3", "--enable-recovery", str(script(tmp_path, body)))
