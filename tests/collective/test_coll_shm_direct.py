@@ -51,7 +51,8 @@ def _direct(comm: ringworld.Communicator) -> list[str]:
 
 @pytest.mark.parametrize("size", [2, 3, 5])
 def test_direct_reads(size: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(shm, "DIRECT_MIN", 4096)  # inherited by the forked ranks
+    monkeypatch.setattr(shm, "DIRECT_MIN_BCAST", 4096)  # inherited by the forked ranks
+    monkeypatch.setattr(shm, "DIRECT_MIN_ALLTOALL", 4096)
     monkeypatch.setattr(shm, "DIRECT_MIN_ALLGATHER", 4096)
     results = run_processes(size, _direct, transport="shm", timeout=60)
     assert [e for errs in results for e in errs] == []

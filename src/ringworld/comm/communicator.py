@@ -280,6 +280,18 @@ class Communicator:
             raise TransportError(f"the ranks of {self.name} cannot read each other's memory")
         t.read_peer(self._ranks[rank], remote_addr, local_addr, nbytes)
 
+    def write_peer(self, rank: int, remote_addr: int, local_addr: int, nbytes: int) -> None:
+        """Copy ``nbytes`` from ``local_addr`` here to address ``remote_addr`` of rank ``rank``
+        (the mirror of :meth:`read_peer`; the peer keeps that memory untouched meanwhile).
+
+        Raises:
+            TransportError: not possible between these ranks, or the write failed.
+        """
+        t = self._window_transport()
+        if t is None:
+            raise TransportError(f"the ranks of {self.name} cannot write each other's memory")
+        t.write_peer(self._ranks[rank], remote_addr, local_addr, nbytes)
+
     def unmap_shared(self, key: str) -> None:
         """Release the segments :meth:`map_shared` mapped under ``key`` (drop views first)."""
         closer = self._closers.pop(key, None)

@@ -184,6 +184,15 @@ class Transport(ABC):
         """
         raise TransportError(f"{type(self).__name__} cannot read peer memory")
 
+    def write_peer(self, rank: int, remote_addr: int, local_addr: int, nbytes: int) -> None:
+        """Copy ``nbytes`` at ``local_addr`` here to ``remote_addr`` in peer ``rank``'s memory
+        (possible where :meth:`read_peer` is).
+
+        Raises:
+            TransportError: not supported here, not permitted, or the peer is gone.
+        """
+        raise TransportError(f"{type(self).__name__} cannot write peer memory")
+
     def window_close(self, key: str) -> None:
         """Unmap every mapping of window ``key`` (once nothing views them any more)."""
         return

@@ -505,15 +505,23 @@ class ShmTransport(Transport):
     supports_peer_reads = sys.platform == "linux"
 
     def read_peer(self, rank: int, remote_addr: int, local_addr: int, nbytes: int) -> None:
+        self._peer_copy(rank, remote_addr, local_addr, nbytes, write=False)
+
+    def write_peer(self, rank: int, remote_addr: int, local_addr: int, nbytes: int) -> None:
+        self._peer_copy(rank, remote_addr, local_addr, nbytes, write=True)
+
+    def _peer_copy(self, rank: int, remote_addr: int, local_addr: int, nbytes: int,
+                   write: bool) -> None:
         p = self._peers[rank] if 0 <= rank < self.size else None
         if p is None:
             raise TransportError(f"rank {rank} is not a peer of this transport")
         from ringworld.transport import cma
 
         try:
-            cma.read(p.pid, remote_addr, local_addr, nbytes)
+            (cma.write if write else cma.read)(p.pid, remote_addr, local_addr, nbytes)
         except OSError as exc:
-            raise TransportError(f"reading rank {rank}'s memory failed: {exc}") from exc
+            raise TransportError(f"{'writing' if write else 'reading'} rank {rank}'s memory "
+                                 f"failed: {exc}") from exc
 
     def window_close(self, key: str) -> None:
         mms = self._windows.pop(key, [])
