@@ -23,7 +23,7 @@ import numpy as np
 from ringworld.algorithms.schedule import COPY, Schedule
 from ringworld.comm.ops import Op
 from ringworld.comm.requests import SEQ_MASK, SIG_SHIFT, RecvRequest, Request
-from ringworld.errors import MismatchError, PeerFailure
+from ringworld.errors import PeerFailure
 
 if TYPE_CHECKING:
     from ringworld.comm.communicator import Communicator
@@ -273,13 +273,11 @@ class CollectiveRequest(Request[T]):
     def _step_done(self) -> bool:
         if all(r.done for r in self._pending):
             return True
+        # sends may wait for receivers that never come: fail if the communicator's collective
+        # sequence broke at this call or before
         engine = self._engine
-        if engine.mismatched or engine.remote_mismatches:  # sends wait for receivers that
-            broken = engine.mismatched.get(self._comm.coll_context)  # will never come
-            if broken is None or (self._tag & SEQ_MASK) < broken[0]:
-                engine.check_mismatched(self._comm.coll_context)
-            else:
-                raise MismatchError(f"{broken[1]} (this rank in call #{self._tag & SEQ_MASK})")
+        if engine.mismatched or engine.remote_mismatches:
+            engine.check_mismatched(self._comm.coll_context, self._tag & SEQ_MASK)
         return False
 
     # ------------------------------------------------------------------ Request API
