@@ -14,10 +14,11 @@ local topology: predicted / measured per (collective, algorithm, size).
 
 :func:`fit` goes one step further: the microbenchmarks behind :func:`calibrate` time one thing
 at a time, while a collective overlaps copies, reductions and messages on cores that share one
-memory system, so predictions from them alone were off by up to 3x here. ``fit`` adjusts the
-five constants (multiplicatively, by coordinate descent on the mean squared log ratio) until
-the simulated schedules match a set of measured collective calls; ``ringworld calibrate --fit``
-measures that set, fits, and saves the result for the simulator and the tuner alike.
+memory system, and its buffers may stay in the cache; predictions from them alone were off by
+up to 3x here. ``fit`` adjusts the five constants and a cache model (multiplicatively, by
+coordinate descent on the mean squared log ratio) until the simulated schedules match a set of
+measured collective calls; ``ringworld calibrate --fit`` measures that set, fits, and saves the
+result for the simulator and the tuner alike.
 """
 
 from __future__ import annotations
@@ -223,7 +224,7 @@ def compare(nranks: int, sizes: Sequence[int], collectives: Sequence[str],
     return out
 
 
-# what fit adjusts (cache_bytes starts at the last-level cache's size, cache_speedup at 1)
+# what fit adjusts: the five rates and latencies, and the cache model (see cache_factor)
 FIELDS = ("step", "message", "bandwidth", "reduce_rate", "copy_rate", "cache_bytes",
           "cache_speedup")
 
