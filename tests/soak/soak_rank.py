@@ -482,7 +482,7 @@ class Soak:
         algo = self.algo(g, coll, blocking, equal=False)
         if g.comm is None:
             return None
-        p, r = g.p, g.r
+        r = g.r
         what = (f"{coll}({dt}, counts={counts}, displs={displs}, root={root}, "
                 f"in_place={inplace}, {algo})")
         if scatter:
@@ -503,15 +503,22 @@ class Soak:
             req = self.call(g.comm, "gatherv", blocking, mine, None, None, None, root,
                             algorithm=algo)
             return Pending(what, req, lambda: 0)
-        want = sentinel(dt, total)
-        for i in range(p):
-            want[displs[i] : displs[i] + counts[i]] = data(dt, counts[i], i, self.salt)
-        rb = sentinel(dt, total)
-        if inplace:
-            rb[displs[r] : displs[r] + counts[r]] = mine
+        want, rb = self._gathered(dt, counts, displs, total, r, mine if inplace else None)
         req = self.call(g.comm, "gatherv", blocking, IN_PLACE if inplace else mine, rb, counts,
                         displs, root, algorithm=algo)
         return Pending(what, req, lambda: self.compare(what, rb, want))
+
+    def _gathered(self, dt: np.dtype[Any], counts: list[int], displs: list[int], total: int,
+                  r: int, own: Array | None) -> tuple[Array, Array]:
+        """The expected gathered buffer (every rank's block at its displacement) and a
+        sentinel-filled receive buffer, holding ``own`` at this rank's place for in-place calls."""
+        want = sentinel(dt, total)
+        for i in range(len(counts)):
+            want[displs[i] : displs[i] + counts[i]] = data(dt, counts[i], i, self.salt)
+        rb = sentinel(dt, total)
+        if own is not None:
+            rb[displs[r] : displs[r] + counts[r]] = own
+        return want, rb
 
     def c_allgather(self, g: Group, blocking: bool) -> Pending | None:
         dt, inplace, v = self.pick(MOVE_DTYPES), self.chance(0.3), self.chance(0.4)
@@ -527,12 +534,7 @@ class Soak:
             return None
         r = g.r
         mine = data(dt, counts[r], r, self.salt)
-        want = sentinel(dt, total)
-        for i in range(p):
-            want[displs[i] : displs[i] + counts[i]] = data(dt, counts[i], i, self.salt)
-        rb = sentinel(dt, total)
-        if inplace:
-            rb[displs[r] : displs[r] + counts[r]] = mine
+        want, rb = self._gathered(dt, counts, displs, total, r, mine if inplace else None)
         sb: Any = IN_PLACE if inplace else mine
         what = f"{coll}({dt}, counts={counts}, displs={displs}, in_place={inplace}, {algo})"
         args: tuple[Any, ...] = (sb, rb, counts, displs) if v else (sb, rb)
