@@ -275,10 +275,8 @@ class Communicator:
         Raises:
             TransportError: not possible between these ranks, or the read failed.
         """
-        t = self._window_transport()
-        if t is None:
-            raise TransportError(f"the ranks of {self.name} cannot read each other's memory")
-        t.read_peer(self._ranks[rank], remote_addr, local_addr, nbytes)
+        self._peer_transport("read").read_peer(self._ranks[rank], remote_addr, local_addr,
+                                                nbytes)
 
     def write_peer(self, rank: int, remote_addr: int, local_addr: int, nbytes: int) -> None:
         """Copy ``nbytes`` from ``local_addr`` here to address ``remote_addr`` of rank ``rank``
@@ -287,10 +285,15 @@ class Communicator:
         Raises:
             TransportError: not possible between these ranks, or the write failed.
         """
+        self._peer_transport("write").write_peer(self._ranks[rank], remote_addr, local_addr,
+                                                  nbytes)
+
+    def _peer_transport(self, verb: str) -> Transport:
+        """The transport that maps this communicator's windows; TransportError if none."""
         t = self._window_transport()
         if t is None:
-            raise TransportError(f"the ranks of {self.name} cannot write each other's memory")
-        t.write_peer(self._ranks[rank], remote_addr, local_addr, nbytes)
+            raise TransportError(f"the ranks of {self.name} cannot {verb} each other's memory")
+        return t
 
     def unmap_shared(self, key: str) -> None:
         """Release the segments :meth:`map_shared` mapped under ``key`` (drop views first)."""
