@@ -279,6 +279,13 @@ def _errors(comm: Communicator) -> None:
         comm.recv(b"immutable", left)
     with pytest.raises(ValueError, match="C-contiguous"):
         comm.send(np.zeros((4, 4))[:, 1], right)
+    strided_bytes = np.zeros(64, np.uint8)[::2]  # 1-D bytes too: no fast path may skip the check
+    with pytest.raises(ValueError, match="C-contiguous"):
+        comm.send(strided_bytes, right)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        comm.isend(strided_bytes, right)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        comm.recv(strided_bytes, left)
     with pytest.raises(TypeError, match="buffer protocol"):
         comm.send([1, 2, 3], right)
     with pytest.raises(TypeError, match="dest must be an int"):

@@ -64,7 +64,7 @@ def send_view(buf: Any, name: str = "buf") -> memoryview:
             return flat
         raise TypeError(f"{name} must support the buffer protocol (numpy array, bytes, "
                         f"bytearray, ...), got {type(buf).__name__}") from None
-    if mv.format == "B" and mv.ndim == 1:
+    if mv.format == "B" and mv.ndim == 1 and mv.c_contiguous:
         return mv
     if not mv.c_contiguous:
         raise ValueError(f"{name} must be C-contiguous (got a strided buffer of shape "
@@ -449,7 +449,7 @@ class Communicator:
         """
         try:  # the common case inline: a flat writable byte buffer
             view = memoryview(buf)
-            if view.readonly or view.ndim != 1 or view.format != "B":
+            if view.readonly or view.ndim != 1 or view.format != "B" or not view.c_contiguous:
                 view = recv_view(buf, "buf")
         except TypeError:
             view = recv_view(buf, "buf")  # raises with a clear message
