@@ -132,6 +132,44 @@ def test_gathered_segments_arrive_as_one_message(pair: list[Transport]) -> None:
     assert bytes(sink.got[0][4]) == b"".join(parts)
 
 
+def test_fast_paths_keep_order_and_never_take_what_they_cannot(pair: list[Transport]) -> None:
+    """``send_eager`` writes whole messages or nothing; ``take_eager`` takes only the next one,
+    and only when it matches; both keep the per-pair order of the general path."""
+    a, b = pair
+    big = 3_000_001
+    assert not a.send_eager(1, 6, 1, 0, [memoryview(payload(0, big))], big)  # too large
+    sent = list(enumerate([8, 0, 100, 70_000, 5]))
+    handles = []
+    for i, n in sent:
+        segs = [memoryview(payload(i, n))]
+        if not a.send_eager(1, 6, 50 + i, i, segs, n):  # no fast path or no room: general path
+            handles.append(a.isend(1, 6, 50 + i, i, segs, n))
+    # take_eager: the wrong tag or context is refused without consuming anything
+    deadline = time.monotonic() + 10
+    order: list[tuple[int, bytes | bytearray]] = []
+    sink = Sink()
+    while len(order) < len(sent):
+        assert time.monotonic() < deadline, "messages did not arrive"
+        a.poll(Sink())  # pushes what a queued
+        nxt = 50 + len(order)
+        assert b.take_eager(0, 7, nxt, None, 5) in (0, None)  # other context
+        assert b.take_eager(0, 6, 999, None, 5) in (0, None)  # other tag
+        got = b.take_eager(0, 6, nxt, None, 100)
+        if isinstance(got, tuple):
+            assert got[3] is not None and got[2] == len(got[3])
+            order.append((got[0], got[3]))
+        elif got is None:  # not takeable (large, or no fast path): the general path
+            before = len(sink.got)
+            b.poll(sink)
+            order.extend((g[2], g[4]) for g in sink.got[before:])
+    pump([a, b], [Sink(), sink],
+         lambda: sink.done == len(sink.got) and all(h.done for h in handles))
+    assert [(tag, bytes(data)) for tag, data in order] == [(50 + i, payload(i, n))
+                                                          for i, n in sent]
+    if b.supports_take_eager:
+        assert len(order) > len(sink.got), "take_eager never took a small message"
+
+
 def test_both_directions_at_once(pair: list[Transport]) -> None:
     a, b = pair
     sa, sb = Sink(), Sink()

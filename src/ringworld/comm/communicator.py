@@ -416,16 +416,26 @@ class Communicator:
             TypeError / ValueError: bad ``buf``, ``dest`` or ``tag``.
             Timeout, PeerFailure: see :meth:`Request.wait`.
         """
-        view = send_view(buf, "buf")
+        try:  # the common case inline: a flat contiguous byte buffer
+            view = memoryview(buf)
+            if view.ndim != 1 or view.format != "B" or not view.c_contiguous:
+                view = send_view(buf, "buf")
+        except TypeError:
+            view = send_view(buf, "buf")  # raises with a clear message
         if type(dest) is int and 0 <= dest < self.size:
             w = self._ranks[dest]
         else:
             w = self._world(dest, "dest")
         if type(tag) is not int or not 0 <= tag <= TAG_UB:
             tag = self._send_tag(tag)
-        h = self._engine.isend(w, self.context, tag, 0, (view,), len(view))
+        engine = self._engine
+        if engine.calm:  # a small message written at once: no handle, no checks beyond these
+            t = engine.route[w]
+            if t is not None and t.send_eager(w, self.context, tag, 0, (view,), len(view)):
+                return
+        h = engine.isend(w, self.context, tag, 0, (view,), len(view))
         if not h.done:
-            SendRequest(self._engine, h, w, view, self.context).wait(timeout)
+            SendRequest(engine, h, w, view, self.context).wait(timeout)
 
     def irecv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request[Status]:
         """Start receiving a message into ``buf``; ``wait()`` returns its :class:`Status`.
@@ -458,11 +468,12 @@ class Communicator:
             src = self._ranks[source]
         else:
             src = self._source(source)
+            source = self._to_comm(src)  # a numpy integer as a plain int, for the status
         rtag = tag if type(tag) is int and 0 <= tag <= TAG_UB else self._recv_tag(tag)
         if src >= 0:
             got = engine.take_direct(self.context, src, rtag, view, engine.recv_spin)
             if got is not None:
-                return _new_status(Status, (self._to_comm(src), got[0], got[2], False))
+                return _new_status(Status, (source, got[0], got[2], False))
         return _post_and_wait(
             BufferRecvRequest(engine, self.context, src, rtag, view, self._to_comm), timeout)
 
@@ -501,12 +512,21 @@ class Communicator:
         Raises:
             As :meth:`isend_obj`, plus Timeout and PeerFailure while waiting.
         """
-        w = self._world(dest, "dest")
-        t = self._send_tag(tag)
+        if type(dest) is int and 0 <= dest < self.size:
+            w = self._ranks[dest]
+        else:
+            w = self._world(dest, "dest")
+        if type(tag) is not int or not 0 <= tag <= TAG_UB:
+            tag = self._send_tag(tag)
         segments, nbytes, flags, keep = objects.encode(obj)
-        h = self._engine.isend(w, self.context, t, flags, segments, nbytes)
+        engine = self._engine
+        if engine.calm:  # as in send: a small value written at once
+            t = engine.route[w]
+            if t is not None and t.send_eager(w, self.context, tag, flags, segments, nbytes):
+                return
+        h = engine.isend(w, self.context, tag, flags, segments, nbytes)
         if not h.done:
-            SendRequest(self._engine, h, w, (segments, keep), self.context).wait(timeout)
+            SendRequest(engine, h, w, (segments, keep), self.context).wait(timeout)
 
     def irecv_obj(self, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request[Any]:
         """Start receiving a value; ``wait()`` returns it, ``status`` says where it came from."""
@@ -524,8 +544,9 @@ class Communicator:
             CommError: the matched message was a buffer, not an object.
         """
         engine = self._engine
-        src = self._source(source)
-        rtag = self._recv_tag(tag)
+        src = (self._ranks[source] if type(source) is int and 0 <= source < self.size
+               else self._source(source))
+        rtag = tag if type(tag) is int and 0 <= tag <= TAG_UB else self._recv_tag(tag)
         if src >= 0:
             got = engine.take_direct(self.context, src, rtag, None, engine.recv_spin)
             if got is not None:

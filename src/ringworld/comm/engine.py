@@ -100,6 +100,9 @@ class Engine:
         self.remote_failures: list[PeerFailure] = []  # found by the monitor (another thread)
         self.reported: set[int] = set()  # world ranks reported failed (hung, or by the launcher)
         self.revoked: dict[int, CommRevoked] = {}  # context -> why (read by requests' done)
+        # nothing broken, revoked or dead: the fast paths may skip those checks (cleared once,
+        # for good, by whichever of the three happens first)
+        self.calm = True
         # revocations the monitor found: (contexts, member world ranks, error)
         self.remote_revocations: list[tuple[tuple[int, ...], frozenset[int], CommRevoked]] = []
         # mismatches found elsewhere: (context, seq, by, by's call, sender, sender's call)
@@ -492,17 +495,11 @@ class Engine:
         ``take_eager`` took, or None to use the general path. Cost: at most ``polls`` peeks.
         """
         t = self.route[source]
-        if (t is None or not t.supports_take_eager or self.broken is not None or self.dead
-                or self.revoked or self.posted.get(context) or self.unexpected.get(context)):
+        if (not self.calm or t is None or not t.supports_take_eager or self.posted.get(context)
+                or self.unexpected.get(context)):
             return None
-        take = t.take_eager
-        for _ in range(polls):
-            got = take(source, context, tag, dest)
-            if got is None:
-                return None
-            if isinstance(got, tuple):
-                return got
-        return None
+        got = t.take_eager(source, context, tag, dest, polls)
+        return got if isinstance(got, tuple) else None
 
     def check_peers(self) -> None:
         """Record peers that have exited (after draining what they sent before they died), and
@@ -543,6 +540,7 @@ class Engine:
     def _peer_failed(self, exc: PeerFailure) -> None:
         if exc.rank not in self.dead:
             self.dead[exc.rank] = exc
+            self.calm = False
 
     def wait_for(self, cond: Callable[[], bool], timeout: float | None,
                  describe: Callable[[], str],
@@ -660,6 +658,7 @@ class Engine:
         Sends in flight on them complete with the error (see ``SendRequest.done``). Local; the
         monitor tells the other members.
         """
+        self.calm = False
         for c in contexts:
             self.revoked.setdefault(c, why)
             for r in self.posted.pop(c, []):
@@ -670,6 +669,7 @@ class Engine:
     def _break(self, exc: BaseException) -> None:
         if self.broken is None:
             self.broken = exc
+            self.calm = False
 
     def _check_broken(self) -> None:
         if self.broken is not None:

@@ -135,14 +135,26 @@ class Transport(ABC):
             PeerFailure: ``dest`` is known to have failed.
         """
 
+    def send_eager(self, dest: int, context: int, tag: int, flags: int,
+                   segments: Sequence[memoryview], nbytes: int) -> bool:
+        """Write a small message to ``dest`` at once, if it can go without waiting or queueing.
+
+        The fast path of a blocking send: returns True when the message is written (the send
+        is complete), False when the caller must use :meth:`isend` (too large, sends queued
+        before it, no room, peer gone, or not supported). Never raises; never writes part of
+        a message.
+        """
+        return False
+
     #: whether :meth:`take_eager` is implemented (a fast path for blocking receives).
     supports_take_eager: bool = False
 
-    def take_eager(self, source: int, context: int, tag: int,
-                   dest: memoryview | None) -> tuple[int, int, int, bytes | None] | int | None:
+    def take_eager(self, source: int, context: int, tag: int, dest: memoryview | None,
+                   polls: int = 1) -> tuple[int, int, int, bytes | None] | int | None:
         """Take the next message from ``source`` directly, if it is small and complete.
 
-        A fast path for a blocking receive when nothing else could match first. Returns
+        A fast path for a blocking receive when nothing else could match first: it checks up
+        to ``polls`` times whether the next message from ``source`` has arrived. Returns
         ``(tag, flags, nbytes, payload)`` after consuming the message: its bytes are copied into
         ``dest``, or returned as ``payload`` when ``dest`` is None. Returns 0 when nothing from
         ``source`` has arrived yet, and None when the next message is not one it can take (other
