@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import pickle
 import struct
+from collections.abc import Sequence
 from typing import Any
 
 from ringworld.errors import CommError
@@ -30,22 +31,25 @@ def _pad(n: int) -> int:
     return (-n) % 64
 
 
-_PLAIN = (type(None), bool, int, float, complex, str, bytes)
+_PLAIN = frozenset({type(None), bool, int, float, complex, str, bytes})
+_NO_BUFFERS: list[pickle.PickleBuffer] = []  # shared, never appended to
 
 
-def encode(obj: Any) -> tuple[list[memoryview], int, int, list[pickle.PickleBuffer]]:
+def encode(obj: Any) -> tuple[Sequence[memoryview], int, int, list[pickle.PickleBuffer]]:
     """Serialise ``obj``; return (segments, total bytes, flags, buffers to keep alive).
+
+    Cost: one pickle; arrays inside travel as their own segments, uncopied.
 
     Raises:
         TypeError / pickle.PicklingError: ``obj`` cannot be pickled.
     """
     if type(obj) in _PLAIN:  # no buffers possible: skip the out-of-band machinery
         data = pickle.dumps(obj, 5)
-        return [memoryview(data)], len(data), FLAG_OBJ, []
+        return (memoryview(data),), len(data), FLAG_OBJ, _NO_BUFFERS
     buffers: list[pickle.PickleBuffer] = []
     data = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
     if not buffers:
-        return [memoryview(data)], len(data), FLAG_OBJ, buffers
+        return (memoryview(data),), len(data), FLAG_OBJ, _NO_BUFFERS
     raws = [b.raw() for b in buffers]  # contiguous byte views; raises if not contiguous
     head = bytearray(_HEAD.pack(len(raws), 0, len(data)))
     head += struct.pack(f"<{len(raws)}Q", *(len(r) for r in raws))
