@@ -13,6 +13,8 @@ Variables (all optional; the launcher sets the first five for every rank):
 ``RINGWORLD_TCP_CHECKSUM`` ``1``: a CRC-32 on every TCP frame catches corruption in transit.
 ``RINGWORLD_SHM_RING_BYTES``  bytes per shared-memory ring (default: sized from the world).
 ``RINGWORLD_EAGER_BYTES`` largest message sent without a rendezvous handshake.
+``RINGWORLD_SHM_SINGLE_COPY`` ``0``: large shared-memory messages stream through the rings (two
+                          copies) instead of being read straight from the sender (one copy).
 ``RINGWORLD_ALGORITHMS``  forced collective algorithms, e.g. ``allreduce:ring,bcast:binomial``.
 ``RINGWORLD_TUNING_FILE`` a JSON file of cost-model constants from ``ringworld tune``.
 ``RINGWORLD_BACKEND``     ``native`` (default) or ``mpi`` (run over mpi4py, see
@@ -57,6 +59,7 @@ class Config:
     bind: str = "127.0.0.1"
     shm_ring_bytes: int | None = None
     eager_bytes: int = 131072
+    shm_single_copy: bool = True
     algorithms: tuple[tuple[str, str], ...] = ()
     tuning_file: str | None = None
     trace: str | None = None
@@ -189,6 +192,7 @@ def from_env(env: Mapping[str, str] | None = None, *, detect_launcher: bool = Tr
         bind=e.get("RINGWORLD_BIND", "127.0.0.1") or "127.0.0.1",
         shm_ring_bytes=_int(e, "RINGWORLD_SHM_RING_BYTES", None),
         eager_bytes=eager,
+        shm_single_copy=e.get("RINGWORLD_SHM_SINGLE_COPY", "1").strip() != "0",
         algorithms=algorithms,
         tuning_file=e.get("RINGWORLD_TUNING_FILE") or None,
         trace=e.get("RINGWORLD_TRACE") or None,

@@ -64,7 +64,8 @@ def _make_transport(cfg: _config.Config, kind: str, store: Store,
 
     return ShmTransport.create(cfg.rank, cfg.size, store, cfg.job_id,
                                ring_bytes=cfg.shm_ring_bytes, eager_bytes=cfg.eager_bytes,
-                               timeout=BOOTSTRAP_TIMEOUT, peers=peers)
+                               timeout=BOOTSTRAP_TIMEOUT, peers=peers,
+                               single_copy=cfg.shm_single_copy)
 
 
 def _host_label(cfg: _config.Config) -> str:
