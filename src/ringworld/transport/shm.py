@@ -712,7 +712,7 @@ class ShmTransport(Transport):
         # copy-in alongside our copy-out is faster than the kernel's read on our core alone
         # (np=2 ping-pong, 1-16 MiB: 5-8 GB/s streamed, 4.4-5.4 GB/s read; a 2 MiB sendrecv:
         # 0.5-1.2 ms streamed, 0.37 ms read).
-        if (inc.addr and self.single_copy and self._pending_rts
+        if (inc.addr and self.single_copy and self._pending_rts and len(dest) >= inc.nbytes
                 and self._read_from_sender(p, inc, dest)):
             fin = _OutFrame(FIN, 0, 0, 0, 0, inc.msg_id, 0, (), None)
             if p.out or not fin.write(self, p):
