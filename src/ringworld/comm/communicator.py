@@ -422,6 +422,15 @@ class Communicator:
                 view = send_view(buf, "buf")
         except TypeError:
             view = send_view(buf, "buf")  # raises with a clear message
+        self._send_blocking(dest, tag, 0, (view,), len(view), view, timeout)
+
+    def _send_blocking(self, dest: int, tag: int, flags: int, segments: Sequence[memoryview],
+                       nbytes: int, keep: object, timeout: float | None) -> None:
+        """Send an encoded message and wait until its buffers (``keep``) may be reused.
+
+        A small message goes straight into the transport when nothing has failed: no handle,
+        no checks beyond these.
+        """
         if type(dest) is int and 0 <= dest < self.size:
             w = self._ranks[dest]
         else:
@@ -429,13 +438,13 @@ class Communicator:
         if type(tag) is not int or not 0 <= tag <= TAG_UB:
             tag = self._send_tag(tag)
         engine = self._engine
-        if engine.calm:  # a small message written at once: no handle, no checks beyond these
+        if engine.calm:
             t = engine.route[w]
-            if t is not None and t.send_eager(w, self.context, tag, 0, (view,), len(view)):
+            if t is not None and t.send_eager(w, self.context, tag, flags, segments, nbytes):
                 return
-        h = engine.isend(w, self.context, tag, 0, (view,), len(view))
+        h = engine.isend(w, self.context, tag, flags, segments, nbytes)
         if not h.done:
-            SendRequest(engine, h, w, view, self.context).wait(timeout)
+            SendRequest(engine, h, w, keep, self.context).wait(timeout)
 
     def irecv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request[Status]:
         """Start receiving a message into ``buf``; ``wait()`` returns its :class:`Status`.
@@ -512,21 +521,8 @@ class Communicator:
         Raises:
             As :meth:`isend_obj`, plus Timeout and PeerFailure while waiting.
         """
-        if type(dest) is int and 0 <= dest < self.size:
-            w = self._ranks[dest]
-        else:
-            w = self._world(dest, "dest")
-        if type(tag) is not int or not 0 <= tag <= TAG_UB:
-            tag = self._send_tag(tag)
         segments, nbytes, flags, keep = objects.encode(obj)
-        engine = self._engine
-        if engine.calm:  # as in send: a small value written at once
-            t = engine.route[w]
-            if t is not None and t.send_eager(w, self.context, tag, flags, segments, nbytes):
-                return
-        h = engine.isend(w, self.context, tag, flags, segments, nbytes)
-        if not h.done:
-            SendRequest(engine, h, w, (segments, keep), self.context).wait(timeout)
+        self._send_blocking(dest, tag, flags, segments, nbytes, (segments, keep), timeout)
 
     def irecv_obj(self, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request[Any]:
         """Start receiving a value; ``wait()`` returns it, ``status`` says where it came from."""
