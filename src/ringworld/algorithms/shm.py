@@ -25,8 +25,8 @@ follow the same pattern. Rules that keep back-to-back collectives safe without e
 area 0 is written only before a collective's first sync and read only before its last; area 1
 is written only after its first sync.
 
-Large copy-only transfers (alltoall blocks from DIRECT_MIN_ALLTOALL, allgather blocks from
-DIRECT_MIN_ALLGATHER, bcast from DIRECT_MIN_BCAST bytes) skip the windows when the kernel lets
+Large copy-only transfers (alltoall from DIRECT_MIN_ALLTOALL bytes per rank, allgather blocks
+from DIRECT_MIN_ALLGATHER, bcast from DIRECT_MIN_BCAST bytes) skip the windows when the kernel lets
 ranks read and write each other's memory (probed once, agreed by all): each rank publishes its
 buffer's address, and peers copy straight out of it (one copy instead of two), with a sync
 before anyone may touch its buffer again. In a broadcast the root, which would be idle, writes
@@ -66,9 +66,10 @@ MAX_RANKS = HEADER // 8 - 64  # one header word per peer (consumed counters from
 # rather than through the windows (two copies): measured here, direct copies run at 3-5 GB/s,
 # below two in-cache copies for smaller blocks but ahead once blocks leave the cache.
 PIECE = 1 << 18  # streamed broadcasts move pieces this large (they stay in cache)
-# alltoall: every rank's windows are written and read by every other (cache lines bounce both
-# ways), so direct reads won from 256 KiB blocks up (1 MiB np=2: 170 us against 320 us)
-DIRECT_MIN_ALLTOALL = 1 << 18
+# alltoall, bytes per rank: below this the windows' three in-cache copies beat one copy plus a
+# direct read (np=2: 1 MiB 104-121 us against 127-161, 2 MiB 173-216 against 226-258, 4 MiB a
+# tie; np=4: 1 MiB 0.56 ms against 0.74, 4 MiB 2.9 ms against 2.5, 16 MiB 13.0 against 9.4)
+DIRECT_MIN_ALLTOALL = 4 << 20
 # bcast: the root writes 1/p of the data into each other rank while they read the rest, so both
 # sides copy at once; that beat the streamed broadcast from 1 MiB up, np=2 and np=4 (np=2:
 # 1 MiB 0.11 ms against 0.12, 16 MiB 2.1-2.6 ms against 2.8-3.9, 64 MiB 9.1-10.3 against 11-14)
@@ -564,7 +565,7 @@ def alltoall(a: Arena, send: Array, recv: Array) -> None:
         for i in range(p):
             np.copyto(recv[i * n : (i + 1) * n], slot[i][r * n : (r + 1) * n])
         return
-    if a.direct and n * dt.itemsize >= DIRECT_MIN_ALLTOALL:
+    if a.direct and send.nbytes >= DIRECT_MIN_ALLTOALL:
         a.publish(0, send)
         np.copyto(recv[r * n : (r + 1) * n], send[r * n : (r + 1) * n])
         a.sync()
