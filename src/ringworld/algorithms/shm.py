@@ -79,6 +79,7 @@ DIRECT_MIN_BCAST = 1 << 20
 DIRECT_MIN_ALLGATHER = 2 << 20
 SMALL = 16384
 CHUNK = 2 << 20
+INLINE_SPIN = 256  # a few microseconds of counter checks (see Arena.sync)
 
 
 class Arena:
@@ -110,6 +111,9 @@ class Arena:
         self._sig: tuple[int, int, str] | None = None
         self._crc: dict[tuple[Any, ...], tuple[int, str]] = {}
         self.pieces = 0  # pieces streamed so far (the same count on every rank)
+        # counter checks in sync() before the general wait; none when ranks outnumber cores
+        # (the awaited rank may need this one's core)
+        self._inline_spin = 0 if comm.oversubscribed else INLINE_SPIN
         self.direct = self._probe_direct()
 
     # ------------------------------------------------------------ single-copy peer reads
@@ -238,10 +242,17 @@ class Arena:
             mine[at + 1] = sig[1]
         mine[0] = e
         self.comm.wake_peers()
+        spin = self._inline_spin
         for c in self._ctr:
             if c[0] < e:
-                self._wait(e)
-                break
+                # the peer is usually a few microseconds behind: spin on its counter here
+                # before the general wait (which builds its closures and polls the transports)
+                for _ in range(spin):
+                    if c[0] >= e:
+                        break
+                else:
+                    self._wait(e)
+                    break
         if sig is not None:
             self._sig = None
             for c in self._ctr:
@@ -320,10 +331,14 @@ def allreduce(a: Arena, send: Array, recv: Array, op: Op) -> None:
     p, r = a.comm.size, a.comm.rank
     dt = recv.dtype
     if recv.nbytes <= SMALL:  # one sync; every rank combines all inputs in rank order
-        slot = a.slots(a.next_parity(), dt, recv.size)
+        slot = a.slots((a._epoch + 1) & 1, dt, recv.size)
         np.copyto(slot[r], send)
         a.sync()
-        _combine_in_rank_order(op, recv, slot)
+        uf = op.ufunc
+        if uf is not None and p == 2:  # the latency-critical case, without the helpers
+            uf(slot[0], slot[1], out=recv)
+        else:
+            _combine_in_rank_order(op, recv, slot)
         return
     inplace = np.shares_memory(send, recv)
     for c0, m in _parts(recv.size, a.chunk // dt.itemsize):

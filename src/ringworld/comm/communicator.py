@@ -114,7 +114,7 @@ class Communicator:
         self.name = name or f"comm{context // 2}"
         engine.comm_names[self.coll_context] = self.name
         self._coll_seq = 0
-        self._wake: list[tuple[Callable[[int], None], int]] | None = None
+        self._wake: tuple[Callable[[Sequence[int]], None], tuple[int, ...]] | None = None
         self._wt: Transport | None = None
         self._wt_known = False
         self._closers: dict[str, weakref.finalize[Any, Any]] = {}  # window key -> its closer
@@ -374,16 +374,20 @@ class Communicator:
             else:
                 os.sched_yield()  # a runnable rank on this core (maybe the awaited one) goes first
 
+    @property
+    def oversubscribed(self) -> bool:
+        """Whether this job has more ranks than this host has cores (then waits spin little)."""
+        return self._engine.crowded
+
     def wake_peers(self) -> None:
         """Wake the ranks of this communicator that sleep in :meth:`spin_until`."""
-        peers = self._wake
-        if peers is None:
+        found = self._wake
+        if found is None:
             t = self._window_transport()
             me = self._engine.rank
-            peers = self._wake = ([] if t is None else
-                                  [(t.wake, w) for w in self._ranks if w != me])
-        for wake, w in peers:
-            wake(w)
+            others = tuple(w for w in self._ranks if w != me)
+            found = self._wake = (lambda ranks: None) if t is None else t.wake_all, others
+        found[0](found[1])
 
     def next_seq(self) -> int:
         """The sequence number (tag) of this rank's next collective on this communicator."""

@@ -60,6 +60,11 @@ class Op:
         """Whether this is one of the predefined operations."""
         return self._fn is None
 
+    @property
+    def ufunc(self) -> np.ufunc | None:
+        """numpy's ufunc for a built-in elementwise op (None for user ops, maxloc, minloc)."""
+        return self._ufunc or self._uf()
+
     def _uf(self) -> np.ufunc | None:
         uf = self._ufunc
         if uf is None and self._ufunc_name is not None:

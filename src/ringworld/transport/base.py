@@ -233,6 +233,11 @@ class Transport(ABC):
         """Wake peer ``rank`` if it sleeps in :meth:`wait_event` (cheap when it does not)."""
         return
 
+    def wake_all(self, ranks: Sequence[int]) -> None:
+        """:meth:`wake` each of ``ranks`` (one call: a shared-memory sync wakes every peer)."""
+        for r in ranks:
+            self.wake(r)
+
     @abstractmethod
     def check_peers(self) -> None:
         """Raise :class:`~ringworld.errors.PeerFailure` if any peer is known to be gone."""

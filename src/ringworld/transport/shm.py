@@ -898,6 +898,13 @@ class ShmTransport(Transport):
         if p is not None and not p.dead and p.ctl[_W_SLEEP]:
             self._ring_bell(p)
 
+    def wake_all(self, ranks: Sequence[int]) -> None:
+        peers = self._peers
+        for rank in ranks:
+            p = peers[rank] if 0 <= rank < self.size else None
+            if p is not None and p.ctl[_W_SLEEP] and not p.dead:
+                self._ring_bell(p)
+
     def _drain_bell(self) -> None:
         assert self._bell is not None
         try:
