@@ -184,14 +184,24 @@ class Arena:
         """Start collective number ``seq``: name it for errors and check at the next sync that
         every rank called it with the same size and ``kind`` (dtype, op, root: what must
         agree)."""
-        self._what = (what, self.comm.name, seq)
-        self.timeout = timeout
+        self.begin_signed(what, timeout, self.signature(what, nbytes, kind), seq)
+
+    def signature(self, what: str, nbytes: int, kind: tuple[Any, ...]) -> tuple[int, int, str]:
+        """What :meth:`begin` checks across ranks: (bytes, checksum of the call, its text)."""
         key = (what, *kind)
         found = self._crc.get(key)
         if found is None:
             text = " ".join(str(k) for k in key)
             found = self._crc[key] = (zlib.crc32(text.encode()), text)
-        self._sig = (nbytes, *found)
+        return (nbytes, *found)
+
+    def begin_signed(self, what: str, timeout: float | None, sig: tuple[int, int, str],
+                     seq: int) -> None:
+        """:meth:`begin` with the call's :meth:`signature` computed earlier (kept by callers
+        that repeat one call)."""
+        self._what = (what, self.comm.name, seq)
+        self.timeout = timeout
+        self._sig = sig
 
     def place(self, which: int, like: Array) -> None:
         """Start this rank's data in area ``which`` at ``like``'s address modulo a page.

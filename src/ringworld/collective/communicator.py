@@ -65,7 +65,7 @@ class Communicator(ObjectCollectives):
         self._scratch: executor.Scratch | None = None  # made on first use (imports numpy)
         self._freed = False
         self._arena: shm.Arena | None = None
-        self._small_plans: dict[tuple[Any, ...], tuple[Op, tuple[Any, ...], bool]] = {}
+        self._small_plans: dict[tuple[Any, ...], tuple[Op, tuple[int, int, str], bool]] = {}
         self._ndarray: Any = None  # numpy's ndarray, once the arena has loaded numpy
         self._agree_round = 0  # agreements (agree, shrink) made on this communicator
         self._hier: tuple[Self, Self | None] | None = None  # (host comm, leaders comm)
@@ -90,11 +90,12 @@ class Communicator(ObjectCollectives):
         return name
 
     def _shm(self, what: str, timeout: float | None, nbytes: int = 0,
-             kind: tuple[Any, ...] = ()) -> shm.Arena:
+             kind: tuple[Any, ...] = (), sig: tuple[int, int, str] | None = None) -> shm.Arena:
         """This communicator's shared-memory arena (mapped on first use: collective).
 
         ``nbytes`` and ``kind`` (dtype, op, root...) are checked against every rank's at the
         first sync: a disagreement raises MismatchError on every rank instead of corrupting.
+        ``sig``: their :meth:`Arena.signature`, when the caller kept it from an earlier call.
         """
         seq = self.next_seq()  # shared-memory collectives send no messages but keep tags in step
         e = self._engine
@@ -110,7 +111,10 @@ class Communicator(ObjectCollectives):
             self.last_algorithm = "shm"  # not the barriers that set the windows up
             self._ndarray = np.ndarray
         a = self._arena
-        a.begin(what, timeout, nbytes, kind, seq)
+        if sig is None:
+            a.begin(what, timeout, nbytes, kind, seq)
+        else:
+            a.begin_signed(what, timeout, sig, seq)
         return a
 
     def _go(self, collective: str, algo: str, spec: Spec, arrays: Sequence[Array],
@@ -315,12 +319,16 @@ class Communicator(ObjectCollectives):
         (having done nothing) whenever any condition does not hold.
         """
         nbytes = rb.nbytes
-        if nbytes > shm.SMALL or not rb.flags.c_contiguous or not rb.flags.writeable:
+        if nbytes > shm.SMALL:
+            return False
+        flags = rb.flags
+        if not flags.c_contiguous or not flags.writeable:
             return False
         if sendbuf is IN_PLACE:
             sb = rb
         elif (type(sendbuf) is not self._ndarray or sendbuf.shape != rb.shape
-              or sendbuf.dtype != rb.dtype or not sendbuf.flags.c_contiguous):
+              or (sendbuf.dtype is not rb.dtype and sendbuf.dtype != rb.dtype)
+              or not sendbuf.flags.c_contiguous):
             return False
         else:
             sb = sendbuf
@@ -336,12 +344,14 @@ class Communicator(ObjectCollectives):
             o.check_dtype(rb.dtype, "recvbuf")
             algo = self.selector.choose("allreduce", self.size, nbytes, self.transport,
                                         commutative=o.commutative, shm=True)
-            plan = self._small_plans[key] = (o, (rb.dtype, o.name), algo == "shm")
-        o, kind, use = plan
+            assert self._arena is not None
+            sig = self._arena.signature("allreduce", nbytes, (rb.dtype, o.name))
+            plan = self._small_plans[key] = (o, sig, algo == "shm")
+        o, sig, use = plan
         if not use:
             return False
         self.last_algorithm = "shm"
-        shm.allreduce(self._shm("allreduce", timeout, nbytes, kind), sb, rb, o)
+        shm.allreduce(self._shm("allreduce", timeout, sig=sig), sb, rb, o)
         return True
 
     def iallreduce(self, sendbuf: Any, recvbuf: Any, op: OpLike = ops.SUM, *,
