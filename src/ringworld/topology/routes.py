@@ -184,10 +184,17 @@ class Router:
         return out
 
     def with_engines(self, a: str, b: str) -> Route:
-        """The route plus the engine resources of both ends (each once)."""
+        """The route plus the engine resources of both ends (each once).
+
+        Between two CPU cores of one host only the receiver's: over shared memory the
+        receiver copies a large message straight out of the sender's memory, and the sender
+        does nothing meanwhile (so an exchange costs each rank one copy, as one-way traffic).
+        """
         r = self.route(a, b)
-        extra = [self.engine[i] for i in dict.fromkeys((self.index[a], self.index[b]))
-                 if i in self.engine]
+        ia, ib = self.index[a], self.index[b]
+        da, db = self.topo.devices[ia], self.topo.devices[ib]
+        ends = (ib,) if da.kind == db.kind == "core" and da.host == db.host else (ia, ib)
+        extra = [self.engine[i] for i in dict.fromkeys(ends) if i in self.engine]
         if not extra:
             return r
         caps = [r.bottleneck] + [self.capacity[e] for e in extra]
