@@ -2,9 +2,10 @@
 
 Every duplex link is two resources (one per direction) with the link's bandwidth; every rank
 device with a finite ``engine`` adds one half-duplex resource that all its sends and receives
-share. A route is the widest path (largest bottleneck bandwidth, then lowest latency), never
-through a core or GPU other than its ends, with ties broken by a hash of the source so that
-equal-cost paths of a fat tree spread over its spine switches (ECMP).
+share (between two cores of one host only the receiver's: see :meth:`Router.with_engines`).
+A route is the widest path (largest bottleneck bandwidth, then lowest latency), never through
+a core or GPU other than its ends, with ties broken by a hash of the source so that equal-cost
+paths of a fat tree spread over its spine switches (ECMP).
 
 Routing scales as two levels: within a host the search covers that host's devices only; between
 hosts a route is source -> best NIC of its host -> the network (devices without a host, plus
