@@ -90,3 +90,24 @@ def test_single_copy_can_be_turned_off(pair: list[ShmTransport]) -> None:
     got_a, got_b = _exchange(a, b, [big])
     assert got_a == big == got_b
     assert a.single_copy_reads == 0 and b.single_copy_reads == 0
+
+
+def test_a_blocking_receive_takes_a_large_message_straight_from_the_sender(
+        pair: list[ShmTransport]) -> None:
+    a, b = pair
+    big = payload(9, BIG)
+    h = a.isend(1, 4, 21, 3, [memoryview(big)], BIG)
+    dest = bytearray(BIG + 5)
+    small = bytearray(BIG - 1)
+    deadline = 200
+    got: object = 0
+    while got == 0 and deadline:  # until the request-to-send has landed
+        deadline -= 1
+        assert b.take_eager(0, 4, 22, memoryview(dest), 1000) in (0, None)  # other tag
+        assert b.take_eager(0, 4, 21, memoryview(small), 1000) in (0, None)  # too small
+        got = b.take_eager(0, 4, 21, memoryview(dest), 1000)
+    assert got == (21, 3, BIG, None)
+    assert bytes(dest[:BIG]) == big and dest[BIG:] == b"\0" * 5
+    assert b.single_copy_reads == 1
+    pump([a, b], [Sink(), Sink()], lambda: h.done)  # the sender completes on the FIN
+    assert not a._pending_rts

@@ -158,8 +158,9 @@ class Transport(ABC):
         ``(tag, flags, nbytes, payload)`` after consuming the message: its bytes are copied into
         ``dest``, or returned as ``payload`` when ``dest`` is None. Returns 0 when nothing from
         ``source`` has arrived yet, and None when the next message is not one it can take (other
-        context or tag, too large, a rendezvous) or the transport has sends to push: the caller
-        then uses the general :meth:`poll` path. Never consumes a message it does not return.
+        context or tag, larger than ``dest``, a rendezvous it cannot complete at once) or the
+        transport has sends to push: the caller then uses the general :meth:`poll` path. Never
+        consumes a message it does not return.
         """
         return None
 

@@ -39,6 +39,7 @@ Assumes a total-store-order machine (x86-64) for the head/tail protocol; aarch64
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import mmap
 import os
@@ -100,9 +101,15 @@ def default_ring_bytes(size: int) -> int:
 
 
 def _addr(view: memoryview) -> int:
-    """Virtual address of the first byte of a contiguous buffer. Cost: about a microsecond."""
+    """Virtual address of the first byte of a contiguous buffer.
+
+    Cost: about 0.4 us for a writable buffer (through ctypes), 3 us for a read-only one
+    (through numpy, which ctypes cannot take).
+    """
     if len(view) == 0:
         return 0
+    if not view.readonly:
+        return ctypes.addressof(ctypes.c_char.from_buffer(view))
     import numpy as np  # only large (rendezvous) messages need addresses
 
     return int(np.frombuffer(view, dtype=np.uint8).__array_interface__["data"][0])
@@ -713,10 +720,8 @@ class ShmTransport(Transport):
         # read), and leaves the sender free; a lone one-way message runs about as fast either
         # way (np=2 ping-pong, 1-16 MiB: 4.1-6.0 GB/s streamed, 4.1-5.5 read, same runs).
         if (inc.addr and self.single_copy and len(dest) >= inc.nbytes
-                and self._read_from_sender(p, inc, dest)):
-            fin = _OutFrame(FIN, 0, 0, 0, 0, inc.msg_id, 0, (), None)
-            if p.out or not fin.write(self, p):
-                p.out.append(fin)
+                and self._read_from_sender(p, inc.addr, inc.nbytes, dest)):
+            self._send_fin(p, inc.msg_id)
             on_done()
             return
         p.streams[inc.msg_id] = _RxStream(dest, inc.nbytes, on_done)
@@ -724,8 +729,14 @@ class ShmTransport(Transport):
         if p.out or not cts.write(self, p):
             p.out.append(cts)
 
-    def _read_from_sender(self, p: _Peer, inc: _RendezvousIncoming, dest: memoryview) -> bool:
-        """Copy ``inc``'s bytes out of the sender's memory into ``dest``; False if refused.
+    def _send_fin(self, p: _Peer, msg_id: int) -> None:
+        """Tell ``p`` that message ``msg_id`` has been read from its memory (its send is done)."""
+        fin = _OutFrame(FIN, 0, 0, 0, 0, msg_id, 0, (), None)
+        if p.out or not fin.write(self, p):
+            p.out.append(fin)
+
+    def _read_from_sender(self, p: _Peer, addr: int, nbytes: int, dest: memoryview) -> bool:
+        """Copy ``nbytes`` at ``addr`` in ``p``'s memory into ``dest``; False if refused.
 
         A refusal (ptrace rules, no such call) turns single-copy reads off for this rank: the
         sender then streams, this message and every later one.
@@ -733,7 +744,7 @@ class ShmTransport(Transport):
         from ringworld.transport import cma
 
         try:
-            cma.read(p.pid, inc.addr, _addr(dest), inc.nbytes)
+            cma.read(p.pid, addr, _addr(dest), nbytes)
         except OSError as exc:
             # stream this one instead; a refusal by the kernel will not change, so stop asking
             # (a sender that is gone, ESRCH, is reported through its pidfd as usual)
@@ -842,15 +853,31 @@ class ShmTransport(Transport):
         data = p.rx_data
         pos = idx << 3
         ftype, flags, _, ctx, frame_len, poff, mtag, nbytes = FRAME.unpack_from(data, pos + 8)
-        if (ftype != EAGER or ctx != context or (mtag != tag and tag != -1)
-                or (dest is not None and nbytes > len(dest)) or frame_len & 63 or not frame_len):
+        if (ctx != context or (mtag != tag and tag != -1) or frame_len & 63 or not frame_len
+                or (dest is not None and nbytes > len(dest))):
             return None
+        if ftype != EAGER:
+            # a large message into a named buffer: read it from the sender right here (no
+            # receive posted, no matching: about 20 us less per message than the general path)
+            if ftype != RTS or dest is None or not self.single_copy:
+                return None
+            msg_id, addr = EXTRA.unpack_from(data, pos + EAGER_OFF)
+            if not addr or not self._read_from_sender(p, addr, nbytes, dest):
+                return None
+            self._consume(p, ctl, frame_len)
+            self._send_fin(p, msg_id)
+            return mtag, flags, nbytes, None
         at = pos + poff
         payload: bytes | None = None
         if dest is None:
             payload = bytes(data[at : at + nbytes])
         elif nbytes:
             dest[:nbytes] = data[at : at + nbytes]
+        self._consume(p, ctl, frame_len)
+        return mtag, flags, nbytes, payload
+
+    def _consume(self, p: _Peer, ctl: memoryview, frame_len: int) -> None:
+        """Release the frame at the head of ``p``'s ring (taken by :meth:`take_eager`)."""
         tail = p.rx_tail + frame_len
         p.rx_tail = tail
         ctl[p.rx_tail_w] = tail
@@ -858,7 +885,6 @@ class ShmTransport(Transport):
         p.rx_expect = (tail + 1) ^ p.rx_key
         if p.ctl[_W_SLEEP]:
             self._ring_bell(p)
-        return mtag, flags, nbytes, payload
 
     @property
     def _out_pending(self) -> bool:
