@@ -43,7 +43,9 @@ from ringworld.transport.base import BufferedIncoming, Incoming, SendHandle, Tra
 FAST_POLLS = 32          # polls before the first clock read
 RECV_SPIN = 4000         # polls of a blocking receive before the general wait loop
 RECV_SPIN_CROWDED = 64   # ... when ranks outnumber cores: the sender may need this core
-SPIN_POLLS = 2000        # polls before yielding the CPU
+# polls before yielding the CPU: some 10 ms, as MPI libraries busy-poll; a sleeper's wake-up cost
+# 0.1-0.3 ms per message in a 16 MiB ping-pong with 2000 (the sender sleeps through the read)
+SPIN_POLLS = 20000
 SPIN_POLLS_CROWDED = 64  # ... when the job's ranks outnumber this host's CPUs
 YIELD_POLLS = 200        # polls with sched_yield before sleeping
 SLEEP_SLICE = 0.005      # longest single sleep: bounds a lost doorbell wake-up
