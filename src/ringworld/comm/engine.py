@@ -54,6 +54,7 @@ CHECK_PEERS_EVERY = 0.05  # seconds between liveness checks while spinning
 # pulled into an owned buffer (an extra allocation and copy: 16 blocking 1 MiB receives of a
 # sender running just ahead took 6.3 ms that way, 2.6 ms taken straight into their buffers)
 DEFER_DETACH = 0.001
+ECHO_WAIT = 2.0          # seconds a rank waits for the record behind a peer's mismatch notice
 WORLD_CONTEXT = 0        # contexts 0/1: the world communicator (point-to-point, collective)
 SELF_CONTEXT = 2         # contexts 2/3: the self communicator
 FIRST_FREE_CONTEXT = 4
@@ -288,8 +289,12 @@ class Engine:
             mine = "a call that ended without taking it"
             for t in (self.entered_tag.get(context, 0), self.previous_tag.get(context, 0)):
                 if t & SEQ_MASK == seq and t > SEQ_MASK:
+                    if t == tag and self._fail_as_published(context, seq):
+                        break  # the sender's notice of a mismatch it found: shown as it found it
                     mine = self.signatures.get(t >> SIG_SHIFT, f"signature {t >> SIG_SHIFT:04x}")
                     break
+            if context in self.mismatched:
+                continue
             other = self.signatures.get(tag >> SIG_SHIFT)
             if self.ft is not None:
                 with contextlib.suppress(RingworldError):
@@ -300,6 +305,25 @@ class Engine:
                     self.ft.publish_mismatch(context, seq, mine, sender, other)
             self.fail_call(context, seq, self.rank, mine, sender,
                            other or f"another call (signature {tag >> SIG_SHIFT:04x})")
+
+    def _fail_as_published(self, context: int, seq: int) -> bool:
+        """Fail call ``seq`` on ``context`` with the mismatch another rank published for it
+        (a stray of this rank's own signature is that rank's notice, sent just before it
+        publishes); False if none appears within ECHO_WAIT seconds."""
+        if self.ft is None:
+            return False
+        deadline = time.monotonic() + ECHO_WAIT
+        while True:
+            try:
+                found = self.ft.find_mismatch(context, seq)
+            except RingworldError:
+                return False
+            if found is not None:
+                self.fail_call(*found)
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.005)
 
     def check_mismatched(self, context: int, seq: int | None = None) -> None:
         """Raise the mismatch that broke ``context``'s collective sequence (at call ``seq`` or
@@ -360,9 +384,14 @@ class Engine:
         failed = [r for r in posted if r.tag > SEQ_MASK and r.tag & SEQ_MASK >= seq]
         if self.ft is not None:
             with contextlib.suppress(RingworldError):
-                if failed:  # for rank ``by``, and for the lookup below
-                    mine = self.signatures.get(failed[0].tag >> SIG_SHIFT, "?")
-                    self.ft.publish_signature(context, seq, mine)
+                # this rank's own call ``seq``, for rank ``by`` and the lookup below (never a
+                # later call's: a receive posted in call seq + 1 must not speak for call seq)
+                tags = [r.tag for r in failed]
+                tags += [self.entered_tag.get(context, 0), self.previous_tag.get(context, 0)]
+                for t in tags:
+                    if t > SEQ_MASK and t & SEQ_MASK == seq and t >> SIG_SHIFT in self.signatures:
+                        self.ft.publish_signature(context, seq, self.signatures[t >> SIG_SHIFT])
+                        break
                 if sender_call is None:
                     sender_call = self.ft.read_signature(context, seq, sender)
         name = self.comm_names.get(context, f"context {context}")

@@ -203,17 +203,9 @@ class Monitor:
         count = store.add(f"{_PREFIX}mismatch/count", 0)
         while self._seen_mismatches < count:
             self._seen_mismatches += 1
-            info = _get_json(store, f"{_PREFIX}mismatch/{self._seen_mismatches}")
-            try:
-                call: tuple[int, int, int, str, int] = (
-                    int(info["context"]), int(info["seq"]), int(info["by"]),
-                    str(info["by_call"]), int(info["sender"]))
-                sender_call = info.get("sender_call")
-            except (KeyError, TypeError, ValueError):
-                continue
-            if call[2] != self.rank:
-                self.engine.remote_mismatches.append(
-                    (*call, None if sender_call is None else str(sender_call)))
+            record = _mismatch_record(store, self._seen_mismatches)
+            if record is not None and record[2] != self.rank:
+                self.engine.remote_mismatches.append(record)
 
     # ------------------------------------------------------------------ recovery
     def publish_failure(self, rank: int, detail: str) -> None:
@@ -238,6 +230,20 @@ class Monitor:
         store.set(f"{_PREFIX}mismatch/{i}", json.dumps(
             {"context": context, "seq": seq, "by": self.rank, "by_call": mine,
              "sender": sender, "sender_call": sender_call}).encode())
+
+    def find_mismatch(self, context: int, seq: int) -> MismatchRecord | None:
+        """The latest published mismatch of call ``seq`` on ``context``, if any:
+        (context, seq, by, by_call, sender, sender_call). Cost: a store round trip per record.
+
+        Raises:
+            StoreError: the store is unreachable.
+        """
+        store = self._require_store()
+        for i in range(store.add(f"{_PREFIX}mismatch/count", 0), 0, -1):
+            found = _mismatch_record(store, i)
+            if found is not None and found[:2] == (context, seq):
+                return found
+        return None
 
     def publish_revocation(self, contexts: tuple[int, ...], members: tuple[int, ...],
                            name: str) -> None:
@@ -386,6 +392,20 @@ def publish_failure(store: Store, rank: int, detail: str, by: int | None) -> Non
     i = store.add(f"{_PREFIX}dead/count", 1)
     store.set(f"{_PREFIX}dead/{i}", json.dumps({"rank": rank, "detail": detail,
                                                 "by": by}).encode())
+
+
+MismatchRecord = tuple[int, int, int, str, int, str | None]
+
+
+def _mismatch_record(store: Store, i: int) -> MismatchRecord | None:
+    """Published mismatch number ``i`` as (context, seq, by, by_call, sender, sender_call)."""
+    info = _get_json(store, f"{_PREFIX}mismatch/{i}")
+    try:
+        sender_call = info.get("sender_call")
+        return (int(info["context"]), int(info["seq"]), int(info["by"]), str(info["by_call"]),
+                int(info["sender"]), None if sender_call is None else str(sender_call))
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _get_json(store: Store, key: str, timeout: float = 2.0) -> dict[str, Any]:
