@@ -66,8 +66,10 @@ def test_backend_from_the_environment_variable() -> None:
 @pytest.mark.timeout(200)
 def test_the_mpi4py_compatible_module_says_it_needs_the_native_backend() -> None:
     code = ("import ringworld\nfrom ringworld import MPI\nringworld.init(backend='mpi')\n"
+            "import sys\n"
             "try:\n    MPI.COMM_WORLD.Get_rank()\nexcept RuntimeError as e:\n"
-            "    print('refused:', e, flush=True)\n")
+            # one write per rank: mpiexec interleaves the ranks' writes, not their lines
+            "    sys.stdout.write(f'refused: {e}\\n'); sys.stdout.flush()\n")
     res = _mpiexec(2, "-c", code)
     assert res.returncode == 0, res.stderr
     assert res.stdout.count("refused: ringworld.MPI runs on the native backend") == 2
