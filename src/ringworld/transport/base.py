@@ -227,17 +227,14 @@ class Transport(ABC):
         """Block for at most ``timeout`` seconds until progress may be possible.
 
         ``waiting``, if given, is asked once more after this rank is marked asleep (so a peer
-        that changes what it tests calls :meth:`wake` and ends the sleep): False returns at once.
+        that changes what it tests calls :meth:`wake_all` and ends the sleep): False returns at
+        once.
         """
 
-    def wake(self, rank: int) -> None:
-        """Wake peer ``rank`` if it sleeps in :meth:`wait_event` (cheap when it does not)."""
-        return
-
     def wake_all(self, ranks: Sequence[int]) -> None:
-        """:meth:`wake` each of ``ranks`` (one call: a shared-memory sync wakes every peer)."""
-        for r in ranks:
-            self.wake(r)
+        """Wake each peer of ``ranks`` that sleeps in :meth:`wait_event` (cheap for those that
+        do not; one call, as a shared-memory sync wakes every peer)."""
+        return
 
     @abstractmethod
     def check_peers(self) -> None:

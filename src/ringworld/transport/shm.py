@@ -916,11 +916,6 @@ class ShmTransport(Transport):
             ctl[_W_SLEEP] = 0
             self._drain_bell()
 
-    def wake(self, rank: int) -> None:
-        p = self._peers[rank] if 0 <= rank < self.size else None
-        if p is not None and not p.dead and p.ctl[_W_SLEEP]:
-            self._ring_bell(p)
-
     def wake_all(self, ranks: Sequence[int]) -> None:
         peers = self._peers
         for rank in ranks:
