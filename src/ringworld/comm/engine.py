@@ -287,14 +287,11 @@ class Engine:
                 continue
             seq = tag & SEQ_MASK
             mine = "a call that ended without taking it"
-            for t in (self.entered_tag.get(context, 0), self.previous_tag.get(context, 0)):
-                if t & SEQ_MASK == seq and t > SEQ_MASK:
-                    if t == tag and self._fail_as_published(context, seq):
-                        break  # the sender's notice of a mismatch it found: shown as it found it
-                    mine = self.signatures.get(t >> SIG_SHIFT, f"signature {t >> SIG_SHIFT:04x}")
-                    break
-            if context in self.mismatched:
-                continue
+            own = self._own_tag(context, seq)
+            if own:
+                if own == tag and self._fail_as_published(context, seq):
+                    continue  # the sender's notice of a mismatch it found: shown as it found it
+                mine = self.signatures.get(own >> SIG_SHIFT, f"signature {own >> SIG_SHIFT:04x}")
             other = self.signatures.get(tag >> SIG_SHIFT)
             if self.ft is not None:
                 with contextlib.suppress(RingworldError):
@@ -305,6 +302,15 @@ class Engine:
                     self.ft.publish_mismatch(context, seq, mine, sender, other)
             self.fail_call(context, seq, self.rank, mine, sender,
                            other or f"another call (signature {tag >> SIG_SHIFT:04x})")
+
+    def _own_tag(self, context: int, seq: int, candidates: Sequence[int] = ()) -> int:
+        """The tag of this rank's collective call ``seq`` on ``context`` among ``candidates``,
+        then the calls it entered last and before that; 0 if none of them is that call."""
+        for t in (*candidates, self.entered_tag.get(context, 0),
+                  self.previous_tag.get(context, 0)):
+            if t > SEQ_MASK and t & SEQ_MASK == seq:
+                return t
+        return 0
 
     def _fail_as_published(self, context: int, seq: int) -> bool:
         """Fail call ``seq`` on ``context`` with the mismatch another rank published for it
@@ -386,12 +392,10 @@ class Engine:
             with contextlib.suppress(RingworldError):
                 # this rank's own call ``seq``, for rank ``by`` and the lookup below (never a
                 # later call's: a receive posted in call seq + 1 must not speak for call seq)
-                tags = [r.tag for r in failed]
-                tags += [self.entered_tag.get(context, 0), self.previous_tag.get(context, 0)]
-                for t in tags:
-                    if t > SEQ_MASK and t & SEQ_MASK == seq and t >> SIG_SHIFT in self.signatures:
-                        self.ft.publish_signature(context, seq, self.signatures[t >> SIG_SHIFT])
-                        break
+                own = self._own_tag(context, seq, [r.tag for r in failed])
+                mine = self.signatures.get(own >> SIG_SHIFT) if own else None
+                if mine is not None:
+                    self.ft.publish_signature(context, seq, mine)
                 if sender_call is None:
                     sender_call = self.ft.read_signature(context, seq, sender)
         name = self.comm_names.get(context, f"context {context}")
