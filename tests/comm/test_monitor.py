@@ -108,6 +108,29 @@ def test_a_rank_that_finished_is_not_a_failure(tmp_path: Path) -> None:
     assert r.stdout.count("ok") == 2
 
 
+WAITS_FOR_FINISHED = """
+import numpy as np
+import ringworld
+
+comm = ringworld.init()
+comm.barrier()
+if comm.rank == 1:  # rank 0 leaves at once; rank 1 waits for a message it never sends
+    try:
+        comm.recv(np.empty(2), 0, timeout=30)
+    except ringworld.PeerFailure as exc:
+        print("failure:", exc.rank, exc, flush=True)
+"""
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_waiting_for_a_rank_that_finished_says_it_finished(tmp_path: Path,
+                                                           transport: str) -> None:
+    r = _run(tmp_path, WAITS_FOR_FINISHED, 2, transport)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "failure: 0 " in r.stdout, r.stdout + r.stderr
+    assert "rank 0 had already left the job" in r.stdout, r.stdout
+
+
 MISSING = """
 import time
 import numpy as np

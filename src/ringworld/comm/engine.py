@@ -677,7 +677,12 @@ class Engine:
             rank = depends(self.dead.keys())
         if rank is not None:
             cause = self.dead[rank]
-            raise PeerFailure(rank, f"{cause.detail}; while waiting for {describe()}") from cause
+            detail = f"{cause.detail}; while waiting for {describe()}"
+            if self.ft is not None and self.ft.has_exited(rank):
+                detail += (f" (rank {rank} had already left the job: it finalized or its program "
+                           "ended, so it will send nothing more; this rank waits for a message "
+                           "or call it never made)")
+            raise PeerFailure(rank, detail) from cause
 
     def depends_on_any_of(self, ranks: Collection[int]) -> Callable[[Collection[int]], int | None]:
         """A ``depends`` function for operations that need every rank in ``ranks``."""

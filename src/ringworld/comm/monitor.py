@@ -231,6 +231,17 @@ class Monitor:
             {"context": context, "seq": seq, "by": self.rank, "by_call": mine,
              "sender": sender, "sender_call": sender_call}).encode())
 
+    def has_exited(self, rank: int) -> bool:
+        """Whether ``rank`` told the job it left (finalize, also run at exit). False when
+        the store cannot say. Cost: one store round trip (0.5 s bound)."""
+        store = self._store
+        if store is None:
+            return False
+        try:
+            return self._exited(store, rank)
+        except RingworldError:
+            return False
+
     def find_mismatch(self, context: int, seq: int) -> MismatchRecord | None:
         """The latest published mismatch of call ``seq`` on ``context``, if any:
         (context, seq, by, by_call, sender, sender_call). Cost: a store round trip per record.
