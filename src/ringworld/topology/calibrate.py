@@ -37,7 +37,7 @@ from ringworld.algorithms import registry
 from ringworld.algorithms.schedule import Spec
 from ringworld.errors import ConfigError
 from ringworld.topology.discover import discover
-from ringworld.topology.model import Params, Topology
+from ringworld.topology.model import Params, Topology, core_params
 from ringworld.topology.program import Programs
 from ringworld.topology.sim import Network, simulate
 from ringworld.tuning import constants as tuning_constants
@@ -86,7 +86,7 @@ def params(path: str | Path | None, transport: str = "shm") -> Params:
     c = table.get(transport)
     if c is None:
         raise ConfigError(f"{path}: no constants for transport {transport!r}")
-    return _params(c)
+    return core_params(c)
 
 
 def local_topology(path: str | Path | None = None, nranks: int | None = None,
@@ -96,16 +96,9 @@ def local_topology(path: str | Path | None = None, nranks: int | None = None,
     constants (``constants`` if given, else those of the file ``path``). Raises ConfigError
     for a bad file."""
     found = discover(sysfs, nvidia_smi=lambda: None).topology
-    p = params(path, transport) if constants is None else _params(constants)
+    p = params(path, transport) if constants is None else core_params(constants)
     topo = found.with_params("core", p)
     return topo.with_ranks(nranks or topo.size)
-
-
-def _params(c: Constants) -> Params:
-    # ``bandwidth`` counts the bytes a rank sends plus receives in an exchange; on one host the
-    # simulator charges a transfer to the receiver's engine only (it copies the bytes out of
-    # the sender's memory), so the engine's rate is what a rank receives: half of it
-    return Params(c.step, c.message, c.bandwidth / 2, c.reduce_rate, c.copy_rate)
 
 
 def working_set(collective: str, nbytes: int, nranks: int) -> float:
@@ -245,7 +238,7 @@ class Fit:
 
 def _errors(topo: Topology, rows: Sequence[dict[str, float]], c: Constants,
             nranks: int) -> list[float]:
-    t = topo.with_params("core", _params(c))
+    t = topo.with_params("core", core_params(c))
     out = []
     for r in rows:
         coll, nb = str(r["collective"]), int(r["bytes"])

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ringworld.tuning.constants import DEFAULTS
+from ringworld.tuning.cost import Constants
 
 FORMAT = "ringworld-topology"
 VERSION = 1
@@ -59,10 +60,19 @@ class Params:
     copy_rate: float
 
 
-_SHM = DEFAULTS["shm"]
+def core_params(c: Constants) -> Params:
+    """A CPU-core rank's simulator constants from measured (or default) tuning constants.
+
+    ``c.bandwidth`` counts the bytes a rank sends plus receives in an exchange. On one host the
+    simulator charges a transfer to the receiver's engine only (the receiver copies the bytes
+    out of the sender's memory), so the engine's rate is what a rank receives: half of it.
+    """
+    return Params(c.step, c.message, c.bandwidth / 2, c.reduce_rate, c.copy_rate)
+
+
 KIND_PARAMS: dict[str, Params] = {
     # a Python rank on a CPU core: the measured shared-memory constants (tuning/constants.py)
-    "core": Params(_SHM.step, _SHM.message, _SHM.bandwidth, _SHM.reduce_rate, _SHM.copy_rate),
+    "core": core_params(DEFAULTS["shm"]),
     # a GPU driven by a kernel per step (NCCL-like): launch overhead, HBM-speed local work
     "gpu": Params(5e-6, 1e-6, math.inf, 400e9, 400e9),
 }
