@@ -57,12 +57,25 @@ def test_calibrate_command_compare_with_a_constants_file(tmp_path) -> None:
     out = tmp_path / "rows.json"
     proc = subprocess.run([sys.executable, "-m", "ringworld", "calibrate", "--compare",
                            "--constants", str(path), "--sizes", "128KiB", "--collectives",
-                           "allgather", "--json", str(out)],
+                           "allgather", "--json", str(out), "--jobs", "2"],
                           capture_output=True, text=True, timeout=240, check=False)
     assert proc.returncode == 0, proc.stderr
     assert "pred/meas" in proc.stdout
+    assert "predictions within 25% of the measured median of 2 job(s)" in proc.stdout
     rows = json.loads(out.read_text())
     assert {r["algorithm"] for r in rows} == {"ring", "recursive_doubling", "bruck"}
+    assert all(r["job_spread"] >= 1.0 for r in rows)
+
+
+def test_measurements_are_the_median_over_jobs(monkeypatch: pytest.MonkeyPatch) -> None:
+    jobs = iter([[{"collective": "bcast", "algorithm": "ring", "bytes": 8, "seconds": s}]
+                 for s in (3.0, 1.0, 2.0)])
+    monkeypatch.setattr(calibrate, "_measure_job", lambda *args: next(jobs))
+    rows = calibrate.measure_collectives(2, [8], ["bcast"], jobs=3)
+    assert rows == [{"collective": "bcast", "algorithm": "ring", "bytes": 8, "seconds": 2.0,
+                     "spread": 3.0}]
+    with pytest.raises(ValueError, match="jobs=0"):
+        calibrate.measure_collectives(2, [8], ["bcast"], jobs=0)
 
 
 def test_fit_recovers_the_constants_that_produced_the_times() -> None:
@@ -96,7 +109,7 @@ def test_calibrate_command_fits_saves_and_compares(tmp_path) -> None:
     path = tmp_path / "fit.json"
     proc = subprocess.run([sys.executable, "-m", "ringworld", "calibrate", "--fit", "--save",
                            str(path), "--compare", "--sizes", "256KiB,1MiB", "--compare-sizes",
-                           "512KiB", "--collectives", "allreduce"],
+                           "512KiB", "--collectives", "allreduce", "--jobs", "1"],
                           capture_output=True, text=True, timeout=240, check=False)
     assert proc.returncode == 0, proc.stderr
     assert "fitted to 6 measured calls: rms log error" in proc.stdout, proc.stdout

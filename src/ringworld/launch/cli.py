@@ -32,6 +32,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ringworld._argtypes import positive_int
 from ringworld.config import TRANSPORTS
 from ringworld.errors import StoreError
 from ringworld.launch.hosts import iface_address, is_local, parse_hostfile, parse_hosts, place
@@ -93,16 +94,6 @@ class _UsageError(Exception):
     """A command line that parsed but makes no sense."""
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
-    return value
-
-
 def _seconds(allow_zero: bool) -> Callable[[str], float]:
     def parse(text: str) -> float:
         try:
@@ -149,7 +140,7 @@ def _add_run_parser(subparsers: Any) -> None:
         formatter_class=_HelpFormatter,
         usage="ringworld run [options] (PROGRAM | -m MODULE | -c CODE) [ARGS...]",
     )
-    p.add_argument("-n", "--np", type=_positive_int, default=1, metavar="N",
+    p.add_argument("-n", "--np", type=positive_int, default=1, metavar="N",
                    help="number of ranks (default: 1)")
     p.add_argument("--tag-output", action="store_true",
                    help="prefix every forwarded stdout and stderr line with '[rank] '")

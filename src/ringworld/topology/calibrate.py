@@ -27,6 +27,7 @@ import datetime
 import json
 import math
 import platform
+import statistics
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -154,13 +155,30 @@ def predict(topo: Topology, collective: str, algorithm: str, nbytes: int,
 
 
 def measure_collectives(nranks: int, sizes: Sequence[int], collectives: Sequence[str],
-                        transport: str = "shm", timeout: float = 600.0) -> list[dict[str, float]]:
-    """Run the real collectives on ``nranks`` ranks; rows of collective, algorithm, bytes,
-    seconds.
+                        transport: str = "shm", timeout: float = 600.0,
+                        jobs: int = 1) -> list[dict[str, float]]:
+    """Run the real collectives on ``nranks`` ranks in ``jobs`` jobs, one after another; rows
+    of collective, algorithm, bytes, seconds (the median over the jobs) and spread (the
+    slowest job's seconds over the fastest's).
 
     Raises:
-        RuntimeError: the job failed or printed no result.
+        RuntimeError: a job failed or printed no result.
+        ValueError: ``jobs`` < 1.
+    Cost: ``jobs`` x (cells x about 0.3 s).
     """
+    if jobs < 1:
+        raise ValueError(f"jobs={jobs} must be at least 1")
+    runs = [_measure_job(nranks, sizes, collectives, transport, timeout) for _ in range(jobs)]
+    rows = []
+    for cells in zip(*runs, strict=True):
+        times = [float(c["seconds"]) for c in cells]
+        rows.append({**cells[0], "seconds": statistics.median(times),
+                     "spread": max(times) / min(times) if min(times) > 0 else math.inf})
+    return rows
+
+
+def _measure_job(nranks: int, sizes: Sequence[int], collectives: Sequence[str],
+                 transport: str, timeout: float) -> list[dict[str, float]]:
     argv = [sys.executable, "-m", "ringworld", "run", "-n", str(nranks), "--transport",
             transport, sys.executable, "-m", "ringworld.topology.measure_rank", "--sizes",
             ",".join(map(str, sizes)), "--collectives", ",".join(collectives)]
@@ -186,7 +204,8 @@ class Comparison:
     nbytes: int
     ranks: int
     predicted: float
-    measured: float
+    measured: float  # the median over the measurement jobs
+    spread: float = 1.0  # the slowest job's time over the fastest's
 
     @property
     def ratio(self) -> float:
@@ -196,13 +215,15 @@ class Comparison:
 
 def compare(nranks: int, sizes: Sequence[int], collectives: Sequence[str],
             constants_path: str | Path | None = None, transport: str = "shm",
-            timeout: float = 600.0, constants: Constants | None = None) -> list[Comparison]:
-    """Measure the collectives for real and simulate them on the calibrated local topology
-    (with ``constants``, else those of ``constants_path``, else the built-in defaults).
+            timeout: float = 600.0, constants: Constants | None = None,
+            jobs: int = 1) -> list[Comparison]:
+    """Measure the collectives for real (the median of ``jobs`` jobs) and simulate them on the
+    calibrated local topology (with ``constants``, else those of ``constants_path``, else the
+    built-in defaults).
 
     Raises:
         RuntimeError: the measurement job failed; ConfigError: bad constants file.
-    Cost: one job of about (algorithms x sizes x 0.3 s) plus a fraction of a second of
+    Cost: ``jobs`` jobs of about (algorithms x sizes x 0.3 s) each, plus a fraction of a second of
     simulation per row.
     """
     if constants is None:
@@ -213,10 +234,11 @@ def compare(nranks: int, sizes: Sequence[int], collectives: Sequence[str],
         constants = c
     topo = local_topology(nranks=nranks, constants=constants)
     out = []
-    for row in measure_collectives(nranks, sizes, collectives, transport, timeout):
+    for row in measure_collectives(nranks, sizes, collectives, transport, timeout, jobs):
         coll, algo, nb = str(row["collective"]), str(row["algorithm"]), int(row["bytes"])
         t = predict(topo, coll, algo, nb, nranks, cache_factor(constants, coll, nb, nranks))
-        out.append(Comparison(coll, algo, nb, nranks, t, float(row["seconds"])))
+        out.append(Comparison(coll, algo, nb, nranks, t, float(row["seconds"]),
+                              float(row["spread"])))
     return out
 
 

@@ -24,6 +24,7 @@ import json
 import math
 import sys
 
+from ringworld._argtypes import positive_int
 from ringworld.bench.pingpong import parse_size, parse_sizes
 from ringworld.errors import ConfigError
 from ringworld.topology.model import TopologyError, dump, to_json
@@ -130,7 +131,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
             print(f"timing {', '.join(collectives)} at {len(args.sizes)} sizes on {args.np} "
                   "ranks to fit against ...", file=sys.stderr, flush=True)
             measured = calibrate.measure_collectives(args.np, args.sizes, collectives,
-                                                     args.transport)
+                                                     args.transport, jobs=args.jobs)
             fitted = calibrate.fit(measured, c, args.np)
             c = fitted.constants
             print(f"fitted to {len(measured)} measured calls: rms log error "
@@ -151,15 +152,18 @@ def run_calibrate(args: argparse.Namespace) -> int:
               flush=True)
     try:
         rows = calibrate.compare(args.np, args.compare_sizes or args.sizes, collectives, path,
-                                 args.transport, constants=c)
+                                 args.transport, constants=c, jobs=args.jobs)
     except (RuntimeError, ConfigError) as exc:
         print(f"ringworld calibrate: {exc}", file=sys.stderr)
         return 1
     print(f"{'collective':<11}{'algorithm':<20}{'bytes':>10}{'predicted':>14}{'measured':>14}"
-          f"{'pred/meas':>10}")
+          f"{'pred/meas':>10}{'job spread':>12}")
     for r in rows:
         print(f"{r.collective:<11}{r.algorithm:<20}{r.nbytes:>10}{_ms(r.predicted)}"
-              f"{_ms(r.measured)}{r.ratio:10.2f}")
+              f"{_ms(r.measured)}{r.ratio:10.2f}{r.spread:11.2f}x")
+    near = sum(1 for r in rows if abs(r.ratio - 1) <= 0.25)
+    print(f"{near} of {len(rows)} predictions within 25% of the measured median of "
+          f"{args.jobs} job(s)")
     if args.plot:
         from ringworld.topology.plot import PlotUnavailable, plot_comparison
 
@@ -172,7 +176,8 @@ def run_calibrate(args: argparse.Namespace) -> int:
         with open(args.json, "w") as f:
             json.dump([{"collective": r.collective, "algorithm": r.algorithm,
                         "bytes": r.nbytes, "ranks": r.ranks, "predicted_s": r.predicted,
-                        "measured_s": r.measured, "ratio": r.ratio} for r in rows], f,
+                        "measured_s": r.measured, "ratio": r.ratio,
+                        "job_spread": r.spread} for r in rows], f,
                       indent=1)
     return 0
 
@@ -221,6 +226,10 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     c.add_argument("--compare-sizes", type=parse_sizes, default=None,
                    help="sizes for --compare (default: --sizes)")
     c.add_argument("--collectives", default="allreduce,bcast,allgather")
+    c.add_argument("--jobs", type=positive_int, default=3,
+                   help="measurement jobs, one after another; each call's time is the median "
+                        "over them (one job's times on a shared machine can be 1.5x the "
+                        "next one's; default 3)")
     c.add_argument("--json", metavar="FILE", help="with --compare: write the rows as JSON")
     c.add_argument("--plot", metavar="PNG", help="with --compare: chart predicted against "
                    "measured (needs matplotlib)")
