@@ -78,6 +78,22 @@ def test_measurements_are_the_median_over_jobs(monkeypatch: pytest.MonkeyPatch) 
         calibrate.measure_collectives(2, [8], ["bcast"], jobs=0)
 
 
+def test_held_out_jobs_alternate_with_the_fitted_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    order: list[int] = []
+
+    def job(nranks: int, sizes: list[int], *rest: object) -> list[dict[str, float]]:
+        order.append(sizes[0])
+        return [{"collective": "bcast", "algorithm": "ring", "bytes": sizes[0],
+                 "seconds": float(len(order))}]
+
+    monkeypatch.setattr(calibrate, "_measure_job", job)
+    fit_rows, check_rows = calibrate.measure_held_out(2, [8], [16], ["bcast"], jobs=3)
+    assert order == [8, 16, 8, 16, 8, 16]
+    assert fit_rows[0]["bytes"] == 8 and fit_rows[0]["seconds"] == 3.0  # median of 1, 3, 5
+    assert check_rows[0]["bytes"] == 16 and check_rows[0]["seconds"] == 4.0  # of 2, 4, 6
+    assert check_rows[0]["spread"] == 3.0
+
+
 def test_fit_recovers_the_constants_that_produced_the_times() -> None:
     """Times simulated with known constants, fitted from constants off by 1.5-3x: the fit
     finds constants that reproduce every time closely (and says how far off it started)."""

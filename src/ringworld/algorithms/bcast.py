@@ -13,8 +13,9 @@ v + 2^k for every 2^k below lowbit(v); log2 p rounds::
 v2 -> ...; in step k rank v receives segment k while forwarding segment k-1, so every link is busy
 and the time is (p - 2 + segments) segment transfers instead of (p - 1) whole messages.
 
-``scatter_allgather``: (van de Geijn) binomial scatter of p blocks, then a ring allgather; every
-rank sends about 2n bytes in total whatever p is, the best for large messages on many ranks.
+``scatter_allgather``: (van de Geijn) binomial scatter of p blocks, then a ring allgather in which
+the root, holding every block, only sends; every rank sends about 2n bytes in total whatever p
+is, the best for large messages on many ranks.
 """
 
 from __future__ import annotations
@@ -86,7 +87,8 @@ def ring(s: Spec) -> Schedule:
 
 
 def scatter_allgather(s: Spec) -> Schedule:
-    """Binomial scatter of p blocks from the root, then a ring allgather of the blocks."""
+    """Binomial scatter of p blocks from the root, then a ring allgather of the blocks (the
+    root only sends in it)."""
     p, r, n, root = s.size, s.rank, s.n, s.root
     blk = blocks(n, p)  # block i belongs to relative rank i
 
@@ -114,5 +116,9 @@ def scatter_allgather(s: Spec) -> Schedule:
     for k in range(p - 1):
         sb = (v - k) % p
         rb = (v - k - 1) % p
-        steps.append(step([Xfer(prev, RECV, *blk[rb])], [Xfer(nxt, RECV, *blk[sb])]))
+        # the root holds every block already: it only sends, and its left neighbour does not
+        # send to it (one block in p less to move; half the traffic on two ranks)
+        recvs = [] if v == 0 else [Xfer(prev, RECV, *blk[rb])]
+        sends = [] if v == p - 1 else [Xfer(nxt, RECV, *blk[sb])]
+        steps.append(step(recvs, sends))
     return schedule(steps)

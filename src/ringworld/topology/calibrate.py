@@ -168,7 +168,33 @@ def measure_collectives(nranks: int, sizes: Sequence[int], collectives: Sequence
     """
     if jobs < 1:
         raise ValueError(f"jobs={jobs} must be at least 1")
-    runs = [_measure_job(nranks, sizes, collectives, transport, timeout) for _ in range(jobs)]
+    return _median_rows([_measure_job(nranks, sizes, collectives, transport, timeout)
+                         for _ in range(jobs)])
+
+
+def measure_held_out(nranks: int, fit_sizes: Sequence[int], check_sizes: Sequence[int],
+                     collectives: Sequence[str], transport: str = "shm", timeout: float = 600.0,
+                     jobs: int = 1) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
+    """Rows to fit constants to (at ``fit_sizes``) and held-out rows to check them against (at
+    ``check_sizes``), as :func:`measure_collectives` gives, from ``jobs`` jobs of each kind run
+    alternately (fit, check, fit, ...): a shared machine's load drifts over minutes, and
+    alternating lets both sets see the same mix of it while no job serves both.
+
+    Raises:
+        RuntimeError: a job failed or printed no result.
+        ValueError: ``jobs`` < 1.
+    """
+    if jobs < 1:
+        raise ValueError(f"jobs={jobs} must be at least 1")
+    fit_runs, check_runs = [], []
+    for _ in range(jobs):
+        fit_runs.append(_measure_job(nranks, fit_sizes, collectives, transport, timeout))
+        check_runs.append(_measure_job(nranks, check_sizes, collectives, transport, timeout))
+    return _median_rows(fit_runs), _median_rows(check_runs)
+
+
+def _median_rows(runs: Sequence[Sequence[dict[str, float]]]) -> list[dict[str, float]]:
+    """Each cell's median seconds over the runs, with the spread (slowest over fastest)."""
     rows = []
     for cells in zip(*runs, strict=True):
         times = [float(c["seconds"]) for c in cells]
@@ -232,13 +258,21 @@ def compare(nranks: int, sizes: Sequence[int], collectives: Sequence[str],
         if c is None:
             raise ConfigError(f"{constants_path}: no constants for transport {transport!r}")
         constants = c
+    return compare_rows(measure_collectives(nranks, sizes, collectives, transport, timeout,
+                                            jobs), nranks, constants)
+
+
+def compare_rows(rows: Sequence[dict[str, float]], nranks: int,
+                 constants: Constants) -> list[Comparison]:
+    """Simulate each measured row (as :func:`measure_collectives` gives) on the local topology
+    with ``constants``. Cost: a fraction of a second of simulation per row."""
     topo = local_topology(nranks=nranks, constants=constants)
     out = []
-    for row in measure_collectives(nranks, sizes, collectives, transport, timeout, jobs):
+    for row in rows:
         coll, algo, nb = str(row["collective"]), str(row["algorithm"]), int(row["bytes"])
         t = predict(topo, coll, algo, nb, nranks, cache_factor(constants, coll, nb, nranks))
         out.append(Comparison(coll, algo, nb, nranks, t, float(row["seconds"]),
-                              float(row["spread"])))
+                              float(row.get("spread", 1.0))))
     return out
 
 

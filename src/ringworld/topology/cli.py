@@ -9,10 +9,13 @@ bandwidth, the chosen one and why; ``--json`` adds each candidate's transfers
 (source, destination, bytes, start, end).
 
 ``ringworld calibrate [--fit] [--save FILE] [--compare] [--constants FILE] [--np N]
-[--sizes ...] [--compare-sizes ...] [--collectives ...]``: measure this machine's constants
-(``--save`` writes them for ``--constants`` and ``RINGWORLD_TUNING_FILE``); with ``--fit`` also
-time the real collectives at ``--sizes`` and fit the constants to them; with ``--compare``, run
-the real collectives (a new job) and print predicted vs measured times.
+[--sizes ...] [--compare-sizes ...] [--collectives ...] [--jobs N]``: measure this machine's
+constants (``--save`` writes them for ``--constants`` and ``RINGWORLD_TUNING_FILE``); with
+``--fit`` also time the real collectives at ``--sizes`` and fit the constants to them; with
+``--compare``, run the real collectives in other jobs than those fitted to and print predicted
+vs measured times. Each time is the median over ``--jobs`` jobs; with both ``--fit`` and
+``--compare`` the fitted and the held-out jobs alternate, so both see the same drift in the
+machine's load.
 
 Exit status 0 on success, 1 when a measurement fails, 2 for bad arguments or topologies.
 """
@@ -119,6 +122,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
     path = args.constants
     c = None
     collectives = args.collectives.split(",")
+    held_out: list[dict[str, float]] | None = None  # with --fit --compare: measured alongside
     try:
         if args.fit and path:
             c = tuning_constants.load(path).get(args.transport)
@@ -129,9 +133,16 @@ def run_calibrate(args: argparse.Namespace) -> int:
         if args.fit:
             assert c is not None
             print(f"timing {', '.join(collectives)} at {len(args.sizes)} sizes on {args.np} "
-                  "ranks to fit against ...", file=sys.stderr, flush=True)
-            measured = calibrate.measure_collectives(args.np, args.sizes, collectives,
-                                                     args.transport, jobs=args.jobs)
+                  f"ranks to fit against, in {args.jobs} job(s)"
+                  + (", alternating with as many held-out jobs to compare against"
+                     if args.compare else "") + " ...", file=sys.stderr, flush=True)
+            if args.compare:
+                measured, held_out = calibrate.measure_held_out(
+                    args.np, args.sizes, args.compare_sizes or args.sizes, collectives,
+                    args.transport, jobs=args.jobs)
+            else:
+                measured = calibrate.measure_collectives(args.np, args.sizes, collectives,
+                                                         args.transport, jobs=args.jobs)
             fitted = calibrate.fit(measured, c, args.np)
             c = fitted.constants
             print(f"fitted to {len(measured)} measured calls: rms log error "
@@ -147,12 +158,13 @@ def run_calibrate(args: argparse.Namespace) -> int:
               f"RINGWORLD_TUNING_FILE={args.save} for the tuner)")
     if not args.compare:
         return 0
-    if c is not None:
-        print("comparing with a new run (not the one fitted to) ...", file=sys.stderr,
-              flush=True)
     try:
-        rows = calibrate.compare(args.np, args.compare_sizes or args.sizes, collectives, path,
-                                 args.transport, constants=c, jobs=args.jobs)
+        if held_out is not None and c is not None:
+            print("comparing with the held-out jobs (not the ones fitted to):")
+            rows = calibrate.compare_rows(held_out, args.np, c)
+        else:
+            rows = calibrate.compare(args.np, args.compare_sizes or args.sizes, collectives,
+                                     path, args.transport, constants=c, jobs=args.jobs)
     except (RuntimeError, ConfigError) as exc:
         print(f"ringworld calibrate: {exc}", file=sys.stderr)
         return 1

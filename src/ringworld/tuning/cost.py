@@ -74,7 +74,9 @@ MODELS: dict[str, dict[str, Model]] = {
         "linear": lambda p, n, s: Work(1, p - 2, (p - 1) * n),
         "binomial": lambda p, n, s: Work(_log2(p), 0, 2 * _log2(p) * n),
         "ring": _bcast_ring,
-        "scatter_allgather": lambda p, n, s: Work(_log2(p) + p - 1, 0, 3 * n * (p - 1) / p),
+        # busiest rank: a middle one (on two ranks, each moves n: the root never receives)
+        "scatter_allgather": lambda p, n, s: Work(_log2(p) + p - 1, 0,
+                                                  3 * n * (p - 1) / p if p > 2 else n),
     },
     "reduce": {
         "linear": lambda p, n, s: Work(1, p - 2, (p - 1) * n, (p - 1) * n, 2 * n),
