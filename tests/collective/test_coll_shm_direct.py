@@ -1,6 +1,6 @@
 """Paths of the shared-memory collectives the broad matrix does not reach: direct reads (peers
-copy straight out of each other's buffers, forced on small buffers by lowering the threshold in
-the forked ranks), a streamed broadcast whose ranks disagree on the size, and a rank that leaves
+copy straight out of each other's buffers, forced on smaller buffers by lowering the thresholds
+in the forked ranks), a streamed broadcast whose ranks disagree on the size, and a rank that leaves
 while the others wait on a shared-memory sync."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from coll_support import AFFINE, AFFINE_OP, P_AFF, affine
 
 import ringworld
 from ringworld.algorithms import shm
@@ -43,6 +44,42 @@ def _direct(comm: ringworld.Communicator) -> list[str]:
         comm.bcast(buf, root, algorithm="shm")
         if not np.array_equal(buf, everyone[root]):
             errors.append(f"bcast root {root} rank {r}")
+    # allreduce: slices of the inputs read and combined, spanning several chunks on few ranks
+    big = 800_003
+    vals = [np.arange(big, dtype=np.float64) * 0.25 + i * 1.5 for i in range(p)]
+    want = vals[0].copy()
+    for v in vals[1:]:
+        want += v  # rank order, as every slice is combined
+    got = np.full(big, -1.0)
+    comm.allreduce(vals[r], got, algorithm="shm")
+    if not np.array_equal(got, want):
+        errors.append(f"allreduce rank {r}: {np.count_nonzero(got != want)} wrong")
+    inplace_sum = vals[r].copy()
+    comm.allreduce(ringworld.IN_PLACE, inplace_sum, algorithm="shm")
+    if not np.array_equal(inplace_sum, want):
+        errors.append(f"allreduce in place rank {r}: {np.count_nonzero(inplace_sum != want)} "
+                      "wrong")
+    ints = (np.arange(big, dtype=np.int64) * 7919 + r * 104729) % 1_000_003
+    top = np.empty_like(ints)
+    comm.allreduce(ints, top, ringworld.MAX, algorithm="shm")
+    want_top = np.max([(np.arange(big, dtype=np.int64) * 7919 + i * 104729) % 1_000_003
+                       for i in range(p)], axis=0)
+    if not np.array_equal(top, want_top):
+        errors.append(f"allreduce max rank {r}")
+    # a non-commutative op: combined strictly in rank order
+    maps = []
+    for i in range(p):
+        m = np.empty(big // 2, dtype=AFFINE)
+        m["m"] = (np.arange(big // 2) * 31 + i * 17) % P_AFF + 1
+        m["c"] = (np.arange(big // 2) * 7 + i * 1009) % P_AFF
+        maps.append(m)
+    want_maps = maps[0]
+    for m in maps[1:]:
+        want_maps = affine(want_maps, m)
+    got_maps = np.empty_like(maps[r])
+    comm.allreduce(maps[r], got_maps, AFFINE_OP, algorithm="shm")
+    if not np.array_equal(got_maps, want_maps):
+        errors.append(f"allreduce of a non-commutative op rank {r}")
     arena: Any = comm._arena
     if arena is None or not arena.direct:
         errors.append(f"rank {r}: direct reads were not enabled")
@@ -54,6 +91,7 @@ def test_direct_reads(size: int, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(shm, "DIRECT_MIN_BCAST", 4096)  # inherited by the forked ranks
     monkeypatch.setattr(shm, "DIRECT_MIN_ALLTOALL", 4096)
     monkeypatch.setattr(shm, "DIRECT_MIN_ALLGATHER", 4096)
+    monkeypatch.setattr(shm, "DIRECT_MIN_ALLREDUCE", 4096)
     results = run_processes(size, _direct, transport="shm", timeout=60)
     assert [e for errs in results for e in errs] == []
 
