@@ -29,7 +29,8 @@ Large copy-only transfers (alltoall from DIRECT_MIN_ALLTOALL bytes per rank, all
 from DIRECT_MIN_ALLGATHER, bcast from DIRECT_MIN_BCAST bytes) skip the windows when the kernel lets
 ranks read and write each other's memory (probed once, agreed by all): each rank publishes its
 buffer's address, and peers copy straight out of it (one copy instead of two), with a sync
-before anyone may touch its buffer again. In a broadcast the root, which would be idle, writes
+before anyone may touch its buffer again. Allreduce from DIRECT_MIN_ALLREDUCE bytes reads its
+slice of the others' inputs the same way, then the others' results. In a broadcast the root, which would be idle, writes
 the first 1/p of the data into every other rank's buffer while they read the rest. Other
 broadcasts stream (see ``_stream``): the root fills a ring of pieces while the others empty it.
 
