@@ -30,9 +30,10 @@ from DIRECT_MIN_ALLGATHER, bcast from DIRECT_MIN_BCAST bytes) skip the windows w
 ranks read and write each other's memory (probed once, agreed by all): each rank publishes its
 buffer's address, and peers copy straight out of it (one copy instead of two), with a sync
 before anyone may touch its buffer again. Allreduce from DIRECT_MIN_ALLREDUCE bytes reads its
-slice of the others' inputs the same way, then the others' results. In a broadcast the root, which would be idle, writes
-the first 1/p of the data into every other rank's buffer while they read the rest. Other
-broadcasts stream (see ``_stream``): the root fills a ring of pieces while the others empty it.
+slice of the others' inputs the same way, then the others' results. In a broadcast the root,
+which would be idle, writes the first 1/p of the data into every other rank's buffer while they
+read the rest. Other broadcasts stream (see ``_stream``): the root fills a ring of pieces while
+the others empty it.
 
 Small messages (at most SMALL bytes per rank) take one sync: every rank writes its data into
 slot ``epoch % 2``, syncs, and reads what it needs from everyone's slot; a rank reusing a slot
