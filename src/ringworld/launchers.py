@@ -33,7 +33,7 @@ import re
 import secrets
 import stat
 from collections.abc import Mapping
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ringworld.errors import ConfigError
 
@@ -45,8 +45,7 @@ LOOPBACK = "127.0.0.1"
 SECRET_BYTES = 32
 
 
-@dataclass(frozen=True, slots=True)
-class Launch:
+class Launch(NamedTuple):
     """Who this rank is, according to a foreign launcher, and where its job can meet."""
 
     launcher: str           # "torchrun", "openmpi", "mpich" or "slurm"

@@ -9,7 +9,6 @@ run as plain ``python script.py``.
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import secrets
 import socket
 import threading
@@ -241,7 +240,7 @@ def _rendezvous(cfg: _config.Config) -> tuple[Store, _config.Config]:
         store.close()
         raise
     _leave_count = cfg.size
-    return store, dataclasses.replace(cfg, job_id=job_id)
+    return store, cfg._replace(job_id=job_id)
 
 
 def _serve_store(cfg: _config.Config) -> TCPStoreServer:

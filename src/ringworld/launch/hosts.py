@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ringworld._sockutil import iface_address, route_address
 
@@ -17,8 +17,7 @@ __all__ = ["Host", "iface_address", "is_local", "parse_hostfile", "parse_hosts",
 LOCAL_NAMES = ("localhost", "127.0.0.1", "::1")
 
 
-@dataclass(frozen=True, slots=True)
-class Host:
+class Host(NamedTuple):
     """A host and how many ranks it takes (``slots``)."""
 
     name: str

@@ -30,9 +30,8 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from types import FrameType
-from typing import BinaryIO, TextIO
+from typing import BinaryIO, NamedTuple, TextIO
 
 from ringworld.launch._proc import (
     describe_returncode,
@@ -60,8 +59,7 @@ SECONDARY_WAIT_SECONDS = 1.0
 _SECONDARY_MARKERS = (b"ringworld.errors.PeerFailure", b"ringworld.errors.CommBroken")
 
 
-@dataclass(frozen=True, slots=True)
-class RankExit:
+class RankExit(NamedTuple):
     """How one rank ended.
 
     Attributes:
@@ -91,8 +89,7 @@ class RankExit:
         return describe_returncode(self.returncode)
 
 
-@dataclass(frozen=True, slots=True)
-class JobResult:
+class JobResult(NamedTuple):
     """The outcome of a job.
 
     Attributes:
@@ -202,11 +199,13 @@ class _Pipe:
         self._at_line_start = chunk.endswith(b"\n")
 
 
-@dataclass(slots=True)
 class _Rank:
-    rank: int
-    popen: subprocess.Popen[bytes]
-    stopped: bool = False
+    __slots__ = ("popen", "rank", "stopped")
+
+    def __init__(self, rank: int, popen: subprocess.Popen[bytes], stopped: bool = False) -> None:
+        self.rank = rank
+        self.popen = popen
+        self.stopped = stopped
 
 
 def _is_secondary(tail: deque[bytes]) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 VERSION = 1
 REQUEST_MAGIC = 0x51535752  # b"RWSQ"
@@ -35,8 +35,7 @@ class VersionMismatch(ProtocolError):
     """A request of another wire version (the server answers it with an ``ERROR`` reply)."""
 
 
-@dataclass(frozen=True, slots=True)
-class RequestHeader:
+class RequestHeader(NamedTuple):
     """A validated request header; ``timeout`` is -1.0 for "forever"."""
 
     op: int
