@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import hmac
-import ipaddress
 import os
 import socket
 
@@ -61,8 +60,10 @@ def _mac(secret: bytes, label: bytes, a: bytes, b: bytes) -> bytes:
 
 def is_loopback(host: str) -> bool:
     """Whether ``host`` names only this machine: ``""``, ``localhost`` or a loopback address."""
-    if host in ("", "localhost"):
-        return True
+    if host in ("", "localhost", "127.0.0.1", "::1", "[::1]"):
+        return True  # the common cases, without importing ipaddress (start-up time)
+    import ipaddress
+
     try:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:

@@ -30,7 +30,6 @@ import contextlib
 import hashlib
 import os
 import re
-import secrets
 import stat
 from collections.abc import Mapping
 from typing import NamedTuple
@@ -258,10 +257,10 @@ def user_secret(path: str) -> bytes:
         folder = os.path.dirname(path)
         try:
             os.makedirs(folder, mode=0o700, exist_ok=True)
-            tmp = f"{path}.{os.getpid()}.{secrets.token_hex(4)}"
+            tmp = f"{path}.{os.getpid()}.{os.urandom(4).hex()}"
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             try:
-                os.write(fd, (secrets.token_hex(SECRET_BYTES) + "\n").encode())
+                os.write(fd, (os.urandom(SECRET_BYTES).hex() + "\n").encode())
             finally:
                 os.close(fd)
             try:

@@ -9,7 +9,7 @@ run as plain ``python script.py``.
 from __future__ import annotations
 
 import atexit
-import secrets
+import os
 import socket
 import threading
 import time
@@ -234,7 +234,7 @@ def _rendezvous(cfg: _config.Config) -> tuple[Store, _config.Config]:
     store = _connect_store(cfg)
     try:
         if cfg.rank == 0:
-            store.set("rw/boot/job", f"{cfg.job_id}.{secrets.token_hex(4)}".encode())
+            store.set("rw/boot/job", f"{cfg.job_id}.{os.urandom(4).hex()}".encode())
         job_id = store.get("rw/boot/job", BOOTSTRAP_TIMEOUT).decode()
     except BaseException:
         store.close()

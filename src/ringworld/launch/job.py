@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import re
-import secrets
 from collections.abc import Mapping
 from types import TracebackType
 
@@ -31,12 +30,12 @@ _WILDCARDS = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}
 
 def new_job_id() -> str:
     """A short random hex id (8 characters), unique enough for concurrent jobs on one host."""
-    return secrets.token_hex(4)
+    return os.urandom(4).hex()
 
 
 def new_secret() -> bytes:
     """A fresh 32-byte job secret."""
-    return secrets.token_bytes(32)
+    return os.urandom(32)
 
 
 def remove_shm_segments(job_id: str, shm_dir: str = SHM_DIR) -> list[str]:

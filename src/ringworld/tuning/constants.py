@@ -13,7 +13,6 @@ barrier. ``ringworld tune --save`` writes re-measured values to a JSON file used
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from ringworld.errors import ConfigError
 from ringworld.tuning.cost import Constants
@@ -40,7 +39,8 @@ def load(path: str | None) -> dict[str, Constants]:
     if path is None:
         return table
     try:
-        data = json.loads(Path(path).read_text())
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
         for kind, values in data["constants"].items():
             table[kind] = Constants(**{k: float(values[k]) for k in Constants._fields
                                        if k in values})
