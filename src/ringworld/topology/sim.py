@@ -1,7 +1,8 @@
 """Time the real schedules of a collective on a topology: latency, bandwidth, link contention.
 
-The model, per rank (its device's :class:`~ringworld.topology.model.Params`): a step starts
-``overhead`` (+ ``message`` per extra message) after the previous one ended; its messages then
+The model, per rank (its device's :class:`~ringworld.topology.model.Params`): a step with messages
+starts ``overhead`` (+ ``message`` per extra message) after the previous one ended (a step of
+local work only starts at once); its messages then
 flow; when all have arrived the rank runs its reductions (``reduce_rate``) and copies
 (``copy_rate``), and the step ends. A message starts when both its send and its receive are
 posted (rendezvous; the k-th send from a to b meets b's k-th receive from a, as on the real
@@ -112,6 +113,8 @@ class Network:
 
 
 def _step_start(net: Network, r: int, nrecv: int, nsend: int) -> float:
+    if not nrecv and not nsend:  # local work only (a copy, a reduction): no messages to post
+        return 0.0
     extra = max(nrecv, nsend) - 1
     return float(net.overhead[r] + (net.message[r] * extra if extra > 0 else 0.0))
 
@@ -295,7 +298,10 @@ def run_lockstep(net: Network, progs: Programs) -> SimResult:
     messages = nbytes = 0
     for s in rel:
         nmsg = max(len(s.sends), len(s.recvs))
-        posted = t_free + net.overhead + (net.message * (nmsg - 1) if nmsg > 1 else 0.0)
+        if nmsg:
+            posted = t_free + net.overhead + (net.message * (nmsg - 1) if nmsg > 1 else 0.0)
+        else:  # local work only: no messages to post
+            posted = t_free
         done = posted.copy()
         if s.sends:
             sig = s.sends
