@@ -74,6 +74,18 @@ def _repeat(comm: ringworld.Communicator) -> list[str]:
     except TypeError as exc:
         if "recvbuf is read-only" not in str(exc):
             errors.append(f"read-only error does not say so: {exc}")
+    # a duplicate freed after a repeated call refuses the same call again
+    dup = comm.dup()
+    small_in, small_out = np.arange(3.0) + r, np.empty(3)
+    for _ in range(2):
+        dup.allreduce(small_in, small_out)
+    dup.free()
+    try:
+        dup.allreduce(small_in, small_out)
+        errors.append("a freed communicator ran a repeated allreduce")
+    except ringworld.CommError as exc:
+        if "freed" not in str(exc):
+            errors.append(f"freed communicator error does not say so: {exc}")
     # freed arrays: new ones (maybe at the same addresses) with another dtype and size
     del send, recv, grid
     gc.collect()

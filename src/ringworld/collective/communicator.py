@@ -1057,6 +1057,7 @@ class Communicator(ObjectCollectives):
         """
         self._freed = True
         self._scratch = None
+        self._last_small = None  # the repeated small allreduce would reach the windows directly
         if self._arena is not None:
             self._arena = None
             self.unmap_shared("arena")
