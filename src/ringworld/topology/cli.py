@@ -163,6 +163,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
             print("comparing with the held-out jobs (not the ones fitted to):")
             rows = calibrate.compare_rows(held_out, args.np, c)
         else:
+            print(f"comparing with {args.jobs} new job(s) ...", file=sys.stderr, flush=True)
             rows = calibrate.compare(args.np, args.compare_sizes or args.sizes, collectives,
                                      path, args.transport, constants=c, jobs=args.jobs)
     except (RuntimeError, ConfigError) as exc:
