@@ -313,56 +313,60 @@ class Communicator(ObjectCollectives):
             TypeError / ValueError: bad buffers, op or algorithm.
             Timeout, PeerFailure, TruncationError.
         """
-        last = self._last_small
-        if (last is not None and last[1]() is recvbuf and op is last[2] and algorithm is None
-                and (sendbuf is IN_PLACE or last[0]() is sendbuf)):
-            # the call just made again (a training loop's): its checks and plan still hold
-            # unless the arrays' dtypes were reassigned or recvbuf made read-only
-            dt = last[3]
-            sb: Any = recvbuf if sendbuf is IN_PLACE else sendbuf
-            if recvbuf.dtype is dt and sb.dtype is dt and recvbuf.flags.writeable:
-                if recvbuf.ndim != 1:
-                    recvbuf, sb = recvbuf.reshape(-1), sb.reshape(-1)
-                self.last_algorithm = "shm"
-                shm.allreduce(self._shm("allreduce", timeout, sig=last[5]), sb, recvbuf, last[4])
-                return
-        if (algorithm is None and self._arena is not None and type(recvbuf) is self._ndarray
-                and self._small_allreduce(sendbuf, recvbuf, op, timeout)):
+        if algorithm is None and self._small_allreduce(sendbuf, recvbuf, op, timeout):
             return
         self._allreduce(sendbuf, recvbuf, op, algorithm, True, timeout)
 
-    def _small_allreduce(self, sendbuf: Any, rb: Array, op: OpLike,
+    def _small_allreduce(self, sendbuf: Any, rb: Any, op: OpLike,
                          timeout: float | None) -> bool:
         """The latency-critical case, checked and run with as little Python as possible.
 
         A small contiguous array with a built-in op, once the shared windows exist and the cost
-        model picks shared memory for this size: one copy, one sync, one ufunc. Returns False
-        (having done nothing) whenever any condition does not hold.
+        model picks shared memory for this size: one copy, one sync, one ufunc. A call repeated
+        on the same arrays (a training loop's) skips the checks, unless the arrays' dtypes were
+        reassigned or recvbuf made read-only. Returns False (having done nothing) whenever any
+        condition does not hold.
         """
+        last = self._last_small
+        sb: Any = rb if sendbuf is IN_PLACE else sendbuf
+        if (last is not None and last[1]() is rb and op is last[2]
+                and (sb is rb or last[0]() is sb) and rb.dtype is last[3] and sb.dtype is last[3]
+                and rb.flags.writeable):
+            o, sig = last[4], last[5]
+        else:
+            plan = self._small_plan(sendbuf, rb, op)
+            if plan is None:
+                return False
+            o, sig = plan
+        if rb.ndim != 1:
+            rb, sb = rb.reshape(-1), sb.reshape(-1)  # views: both are contiguous
+        self.last_algorithm = "shm"
+        shm.allreduce(self._shm("allreduce", timeout, sig=sig), sb, rb, o)
+        return True
+
+    def _small_plan(self, sendbuf: Any, rb: Any, op: OpLike
+                    ) -> tuple[Op, tuple[int, int, str]] | None:
+        """The op and shared-memory signature of a small allreduce on these buffers, or None if
+        it cannot take the small path; a plan found is kept for the next call (weakly)."""
+        if self._arena is None or type(rb) is not self._ndarray:
+            return None
         nbytes = rb.nbytes
         if nbytes > shm.SMALL:
-            return False
-        rb0 = rb
+            return None
         flags = rb.flags
         if not flags.c_contiguous or not flags.writeable:
-            return False
-        if sendbuf is IN_PLACE:
-            sb = rb
-        elif (type(sendbuf) is not self._ndarray or sendbuf.shape != rb.shape
-              or (sendbuf.dtype is not rb.dtype and sendbuf.dtype != rb.dtype)
-              or not sendbuf.flags.c_contiguous):
-            return False
-        else:
-            sb = sendbuf
-        if rb.ndim != 1:
-            rb = rb.reshape(-1)  # views: both are contiguous
-            sb = sb.reshape(-1)
+            return None
+        if sendbuf is not IN_PLACE and (
+                type(sendbuf) is not self._ndarray or sendbuf.shape != rb.shape
+                or (sendbuf.dtype is not rb.dtype and sendbuf.dtype != rb.dtype)
+                or not sendbuf.flags.c_contiguous):
+            return None
         key = (op, rb.dtype, nbytes)
         plan = self._small_plans.get(key)
         if plan is None:
             o = ops.resolve(op)
             if not o.is_builtin or o.name in ("maxloc", "minloc") or rb.dtype.hasobject:
-                return False
+                return None
             o.check_dtype(rb.dtype, "recvbuf")
             algo = self.selector.choose("allreduce", self.size, nbytes, self.transport,
                                         commutative=o.commutative, shm=True)
@@ -371,12 +375,10 @@ class Communicator(ObjectCollectives):
             plan = self._small_plans[key] = (o, sig, algo == "shm")
         o, sig, use = plan
         if not use:
-            return False
+            return None
         self._last_small = (_gone if sendbuf is IN_PLACE else weakref.ref(sendbuf),
-                            weakref.ref(rb0), op, rb.dtype, o, sig)
-        self.last_algorithm = "shm"
-        shm.allreduce(self._shm("allreduce", timeout, sig=sig), sb, rb, o)
-        return True
+                            weakref.ref(rb), op, rb.dtype, o, sig)
+        return o, sig
 
     def iallreduce(self, sendbuf: Any, recvbuf: Any, op: OpLike = ops.SUM, *,
                    algorithm: str | None = None) -> Request[None]:
