@@ -397,7 +397,8 @@ def _allreduce_direct(a: Arena, send: Array, recv: Array, op: Op) -> None:
     p, r = a.comm.size, a.comm.rank
     dt = recv.dtype
     isz = dt.itemsize
-    s0, sl = blocks(recv.size, p)[r]
+    blk = blocks(recv.size, p)
+    s0, sl = blk[r]
     inplace = np.shares_memory(send, recv)
     a.publish(0, send)
     a.publish(1, recv)
@@ -431,7 +432,7 @@ def _allreduce_direct(a: Arena, send: Array, recv: Array, op: Op) -> None:
         if apart:
             np.copyto(recv[c0 : c0 + m], acc)
     a.sync()  # every slice is combined (and every input read): fetch the others' results
-    for i, (b0, bl) in enumerate(blocks(recv.size, p)):
+    for i, (b0, bl) in enumerate(blk):
         if i != r and bl:
             a.read(i, 1, b0 * isz, recv[b0 : b0 + bl])
     a.sync()  # no rank reuses its recv while a peer still reads from it
