@@ -346,7 +346,7 @@ def allreduce(a: Arena, send: Array, recv: Array, op: Op) -> None:
     p, r = a.comm.size, a.comm.rank
     dt = recv.dtype
     if recv.nbytes <= SMALL:  # one sync; every rank combines all inputs in rank order
-        slot = a.slots((a._epoch + 1) & 1, dt, recv.size)
+        slot = a.slots(a.next_parity(), dt, recv.size)
         np.copyto(slot[r], send)
         a.sync()
         uf = op.ufunc
