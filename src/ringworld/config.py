@@ -16,7 +16,10 @@ Variables (all optional; the launcher sets the first five for every rank):
 ``RINGWORLD_SHM_SINGLE_COPY`` ``0``: large shared-memory messages stream through the rings (two
                           copies) instead of being read straight from the sender (one copy).
 ``RINGWORLD_ALGORITHMS``  forced collective algorithms, e.g. ``allreduce:ring,bcast:binomial``.
-``RINGWORLD_TUNING_FILE`` a JSON file of cost-model constants from ``ringworld tune``.
+``RINGWORLD_TUNING_FILE`` a JSON file of cost-model constants from ``ringworld tune`` or
+                          ``ringworld calibrate --fit --save``.
+``RINGWORLD_TUNER``       how algorithms are costed: ``simulate`` (default: their schedules run
+                          through the topology simulator) or ``formula`` (closed forms).
 ``RINGWORLD_BACKEND``     ``native`` (default) or ``mpi`` (run over mpi4py, see
                           :mod:`ringworld.mpibackend`).
 ``RINGWORLD_SECRET_FILE`` a file holding the hex job secret (mode 600), for jobs started by
@@ -62,6 +65,7 @@ class Config(NamedTuple):
     shm_single_copy: bool = True
     algorithms: tuple[tuple[str, str], ...] = ()
     tuning_file: str | None = None
+    tuner: str = "simulate"
     trace: str | None = None
     liveness_timeout: float = 20.0
     tcp_checksum: bool = False
@@ -180,6 +184,9 @@ def from_env(env: Mapping[str, str] | None = None, *, detect_launcher: bool = Tr
     algorithms = parse_algorithms(e.get("RINGWORLD_ALGORITHMS", ""))
     if eager < 0:
         raise ConfigError(f"RINGWORLD_EAGER_BYTES={eager} must be >= 0")
+    tuner = e.get("RINGWORLD_TUNER", "").strip() or "simulate"
+    if tuner not in ("simulate", "formula"):
+        raise ConfigError(f"RINGWORLD_TUNER={tuner!r} must be 'simulate' or 'formula'")
     return Config(
         rank=rank,
         size=size,
@@ -195,6 +202,7 @@ def from_env(env: Mapping[str, str] | None = None, *, detect_launcher: bool = Tr
         shm_single_copy=e.get("RINGWORLD_SHM_SINGLE_COPY", "1").strip() != "0",
         algorithms=algorithms,
         tuning_file=e.get("RINGWORLD_TUNING_FILE") or None,
+        tuner=tuner,
         trace=e.get("RINGWORLD_TRACE") or None,
         liveness_timeout=liveness,
         tcp_checksum=_flag(e, "RINGWORLD_TCP_CHECKSUM"),

@@ -200,7 +200,8 @@ def init(*, transport: str | None = None, timeout: float | None = None,
             _start_monitor(engine, cfg)
         _engine = engine
         _store = store
-        selector = Selector(constants.load(cfg.tuning_file), cfg.algorithms)
+        selector = Selector(constants.load(cfg.tuning_file), cfg.algorithms,
+                            simulate=cfg.tuner == "simulate")
         _world = Communicator(engine, range(cfg.size), WORLD_CONTEXT, "world", selector, kind)
         if cfg.trace:
             _start_trace(cfg)

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from ringworld.errors import ConfigError
-from ringworld.topology import calibrate
+from ringworld.topology import calibrate, estimate
 from ringworld.tuning import constants
 from ringworld.tuning.cost import Constants
 
@@ -113,7 +113,7 @@ def test_fit_recovers_the_constants_that_produced_the_times() -> None:
     for r in rows:
         coll, nb = str(r["collective"]), int(r["bytes"])
         got = calibrate.predict(fitted, coll, str(r["algorithm"]), nb, 2,
-                                calibrate.cache_factor(f.constants, coll, nb, 2))
+                                estimate.cache_factor(f.constants, coll, nb, 2))
         assert abs(got / float(r["seconds"]) - 1) < 0.1
     with pytest.raises(ValueError, match="at least one"):
         calibrate.fit([], start, 2)
@@ -139,11 +139,11 @@ def test_calibrate_command_fits_saves_and_compares(tmp_path) -> None:
 def test_cache_model_speeds_up_small_working_sets_only() -> None:
     c = Constants(step=30e-6, message=8e-6, bandwidth=3e9, reduce_rate=2.5e9, copy_rate=6e9,
                   cache_bytes=8 << 20, cache_speedup=2.0)
-    assert calibrate.working_set("allreduce", 1 << 20, 2) == 4 << 20
-    assert calibrate.cache_factor(c, "allreduce", 1 << 20, 2) == 2.0  # 4 MiB: in the cache
-    assert calibrate.cache_factor(c, "allreduce", 4 << 20, 2) == 1.0  # 16 MiB: twice it
-    assert 1.0 < calibrate.cache_factor(c, "allreduce", 3 << 20, 2) < 2.0
-    assert calibrate.cache_factor(c._replace(cache_bytes=0.0), "bcast", 1, 2) == 1.0
+    assert estimate.working_set("allreduce", 1 << 20, 2) == 4 << 20
+    assert estimate.cache_factor(c, "allreduce", 1 << 20, 2) == 2.0  # 4 MiB: in the cache
+    assert estimate.cache_factor(c, "allreduce", 4 << 20, 2) == 1.0  # 16 MiB: twice it
+    assert 1.0 < estimate.cache_factor(c, "allreduce", 3 << 20, 2) < 2.0
+    assert estimate.cache_factor(c._replace(cache_bytes=0.0), "bcast", 1, 2) == 1.0
     topo = calibrate.local_topology(nranks=2, constants=c)
     slow = calibrate.predict(topo, "allreduce", "ring", 1 << 20, 2)
     fast = calibrate.predict(topo, "allreduce", "ring", 1 << 20, 2, 2.0)

@@ -79,6 +79,11 @@ class Communicator(ObjectCollectives):
         self._hier: tuple[Self, Self | None] | None = None  # (host comm, leaders comm)
         self._hier_choice: dict[int, bool] = {}  # size class -> hierarchical allreduce?
         self._link_bw: float | None = None  # measured bytes/s between hosts
+        hosts = [engine.hosts[w] for w in self._ranks]
+        order = list(dict.fromkeys(hosts))
+        # each rank's host index when the ranks span hosts (the tuner's topology), else None
+        index = {h: i for i, h in enumerate(order)}
+        self._layout = tuple(index[h] for h in hosts) if len(order) > 1 else None
 
     # ------------------------------------------------------------------ plumbing
     def _choose(self, collective: str, nbytes: int, algorithm: str | None, *,
@@ -93,7 +98,7 @@ class Communicator(ObjectCollectives):
                   and self.size <= shm.MAX_RANKS and self.supports_shared_memory)
         name = self.selector.choose(collective, self.size, nbytes, self.transport, algorithm,
                                     commutative=commutative, equal_blocks=equal_blocks,
-                                    shm=shm_ok)
+                                    shm=shm_ok, layout=self._layout)
         self.last_algorithm = name
         return name
 
@@ -369,7 +374,8 @@ class Communicator(ObjectCollectives):
                 return None
             o.check_dtype(rb.dtype, "recvbuf")
             algo = self.selector.choose("allreduce", self.size, nbytes, self.transport,
-                                        commutative=o.commutative, shm=True)
+                                        commutative=o.commutative, shm=True,
+                                        layout=self._layout)
             assert self._arena is not None
             sig = self._arena.signature("allreduce", nbytes, (rb.dtype, o.name))
             plan = self._small_plans[key] = (o, sig, algo == "shm")

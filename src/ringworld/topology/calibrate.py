@@ -34,13 +34,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ringworld.algorithms import registry
-from ringworld.algorithms.schedule import Spec
 from ringworld.errors import ConfigError
 from ringworld.topology.discover import discover
+from ringworld.topology.estimate import cache_factor, schedule_time, sped_up
 from ringworld.topology.model import Params, Topology, core_params
-from ringworld.topology.program import Programs
-from ringworld.topology.sim import Network, simulate
+from ringworld.topology.sim import Network
 from ringworld.tuning import constants as tuning_constants
 from ringworld.tuning.cost import Constants
 
@@ -102,56 +100,19 @@ def local_topology(path: str | Path | None = None, nranks: int | None = None,
     return topo.with_ranks(nranks or topo.size)
 
 
-def working_set(collective: str, nbytes: int, nranks: int) -> float:
-    """Bytes the buffers of one call span, over all ranks (send and receive buffers)."""
-    per_rank = {"bcast": nbytes, "allgather": nbytes + nbytes / nranks}.get(collective,
-                                                                            2 * nbytes)
-    return nranks * per_rank
-
-
-def cache_factor(c: Constants, collective: str, nbytes: int, nranks: int) -> float:
-    """How much faster than its main-memory rates a call of ``nbytes`` runs under ``c``'s
-    cache model: ``cache_speedup`` up to ``cache_bytes`` of working set, 1 from twice that,
-    geometric in between."""
-    if c.cache_bytes <= 0 or c.cache_speedup == 1.0:
-        return 1.0
-    ws = working_set(collective, nbytes, nranks)
-    if ws <= c.cache_bytes:
-        return c.cache_speedup
-    if ws >= 2 * c.cache_bytes:
-        return 1.0
-    return float(c.cache_speedup ** (1 - math.log2(ws / c.cache_bytes)))
-
-
 def predict(topo: Topology, collective: str, algorithm: str, nbytes: int,
             nranks: int, speedup: float = 1.0) -> float:
-    """Simulated seconds of the registry schedule the communicator would run, with the CPU
-    ranks' byte rates (transport, reduction, copy) multiplied by ``speedup`` (see
-    :func:`cache_factor`).
+    """Simulated seconds of the registry schedule the communicator would run for ``nbytes`` of
+    float32 (for allgather the whole gathered buffer, as the benchmark counts it), with the
+    CPU ranks' byte rates multiplied by ``speedup`` (see :func:`cache_factor`).
 
     Raises:
         ValueError: unknown collective or algorithm.
     """
-    if speedup != 1.0:
-        base = next(d for d in topo.devices if d.kind == "core").params()
-        topo = topo.with_params("core", Params(base.overhead, base.message,
-                                               base.engine * speedup,
-                                               base.reduce_rate * speedup,
-                                               base.copy_rate * speedup))
     p = nranks
-    seg = SEGMENT_BYTES // 4
-    if collective == "allgather":
-        blk = max(1, nbytes // (4 * p))
-
-        def spec(r: int) -> Spec:
-            return Spec(p, r, blk)
-    else:
-        n = max(1, nbytes // 4)
-
-        def spec(r: int) -> Spec:
-            return Spec(p, r, n, 0, segment=seg)
-    progs = Programs.explicit(lambda r: registry.build(collective, algorithm, spec(r)), p, 4)
-    return simulate(Network(topo, p), progs).time
+    n = max(1, nbytes // (4 * p) if collective == "allgather" else nbytes // 4)
+    return schedule_time(Network(sped_up(topo, speedup), p), collective, algorithm, n, 4,
+                         SEGMENT_BYTES // 4)
 
 
 def measure_collectives(nranks: int, sizes: Sequence[int], collectives: Sequence[str],

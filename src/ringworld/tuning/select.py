@@ -3,32 +3,48 @@
 Order of precedence: the call's ``algorithm=`` argument, then ``RINGWORLD_ALGORITHMS``
 (``allreduce:ring,...``), then the cost model (:mod:`ringworld.tuning.cost`) over the algorithms
 that can run this call (non-commutative ops exclude those that combine out of rank order;
-uneven blocks exclude those needing equal blocks). :func:`explain` returns the whole table.
+uneven blocks exclude those needing equal blocks). :meth:`Selector.explain` returns the whole
+table.
+
+Where the cost comes from: with ``simulate`` (the default of jobs, ``RINGWORLD_TUNER=simulate``)
+each algorithm's schedule is run through the topology simulator on the job's topology
+(:mod:`ringworld.topology.tuner`) for communicators of 2 to :data:`SIM_MAX_RANKS` ranks; beyond
+that, and with ``RINGWORLD_TUNER=formula``, the closed-form models of
+:mod:`ringworld.tuning.cost`. Both use the same constants.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from ringworld.algorithms.registry import REGISTRY, Algorithm, algorithm
 from ringworld.errors import ConfigError
-from ringworld.tuning.cost import SHM_MODELS, Constants, predict
+from ringworld.tuning.cost import SHM_MODELS, Constants, model, predict
+
+if TYPE_CHECKING:
+    from ringworld.topology.tuner import Layout, Simulated
 
 HIERARCHICAL = "hierarchical"  # allreduce within hosts, then across (the communicator runs it)
 SHM = "shm"  # the shared-memory algorithms (ringworld.algorithms.shm): blocking calls only
 
 LINEAR_MAX_RANKS = 2  # "linear for tiny worlds": beyond this only if forced
+SIM_MAX_RANKS = 8  # larger communicators are costed by formula (simulating them takes long)
 
 
 class Selector:
     """Picks algorithms for one job: its forced choices and measured constants."""
 
     def __init__(self, constants: dict[str, Constants],
-                 forced: tuple[tuple[str, str], ...] = (), segment_bytes: int = 1 << 20) -> None:
+                 forced: tuple[tuple[str, str], ...] = (), segment_bytes: int = 1 << 20,
+                 simulate: bool = False, sysfs: str = "/sys") -> None:
         self.constants = constants
         self.segment_bytes = segment_bytes
-        self._memo: dict[tuple[str, int, float, str, bool, bool, bool], str] = {}
+        self.simulate = simulate
+        self.sysfs = sysfs  # where this machine is discovered (simulated costs on one host)
+        self._sim: Simulated | None = None  # made on the first simulated choice
+        self._memo: dict[tuple[object, ...], str] = {}
         self.forced: dict[str, str] = {}
         for coll, name in forced:
             try:
@@ -45,23 +61,45 @@ class Selector:
                 if (commutative or not a.commutative_only)
                 and (equal_blocks or not a.equal_blocks_only)]
 
+    def simulator(self, p: int, transport: str) -> Simulated | None:
+        """The simulating cost source for a communicator of ``p`` ranks, or None where the
+        formulas decide (``simulate`` off, one rank, or more than SIM_MAX_RANKS)."""
+        if not self.simulate or not 1 < p <= SIM_MAX_RANKS or transport == "self":
+            return None
+        if self._sim is None:  # loads the topology layer: only once a choice needs it
+            from ringworld.topology.tuner import Simulated
+
+            self._sim = Simulated(self.constants, self.segment_bytes, self.sysfs)
+        return self._sim
+
     def explain(self, collective: str, p: int, nbytes: float, transport: str, *,
-                commutative: bool = True, equal_blocks: bool = True,
-                shm: bool = False) -> list[tuple[str, float]]:
+                commutative: bool = True, equal_blocks: bool = True, shm: bool = False,
+                layout: Layout | None = None,
+                link_bandwidth: float = math.inf) -> list[tuple[str, float]]:
         """Every runnable algorithm with its predicted seconds, cheapest first.
 
         ``shm``: the shared-memory algorithm may run (blocking call, ranks share memory).
+        ``layout``: each rank's host index when the ranks span hosts (None: one host);
+        ``link_bandwidth``: measured bytes/s between hosts (simulated costs only).
+        Cost: a few simulations the first time a size class is met (see
+        :mod:`ringworld.topology.tuner`), else microseconds.
         """
         c = self.constants.get(transport, self.constants["shm"])
+        sim = self.simulator(p, transport)
         rows = []
         for a in self.candidates(collective, commutative=commutative,
                                  equal_blocks=equal_blocks):
-            t = predict(collective, a.name, p, nbytes, c, self.segment_bytes)
-            if a.name == "linear" and p > LINEAR_MAX_RANKS:
-                t = math.inf if len(REGISTRY[collective]) > 1 else t
+            if a.name == "linear" and p > LINEAR_MAX_RANKS and len(REGISTRY[collective]) > 1:
+                t = math.inf
+            elif sim is not None and model(collective, a.name) is not None:
+                t = sim.seconds(collective, a.name, p, nbytes, transport, layout,
+                                link_bandwidth)
+            else:
+                t = predict(collective, a.name, p, nbytes, c, self.segment_bytes)
             rows.append((a.name, t))
         if shm and equal_blocks and collective in SHM_MODELS:
-            rows.append((SHM, predict(collective, SHM, p, nbytes, c)))
+            rows.append((SHM, predict(collective, SHM, p, nbytes, c) if sim is None
+                         else sim.shm_seconds(collective, p, nbytes, transport)))
         rows.sort(key=lambda row: row[1])
         return rows
 
@@ -75,6 +113,8 @@ class Selector:
         bytes each host's link must carry: at least 2n(p-1)/p flat (a ring in rank order),
         2n(h-1)/h hierarchical."""
         p, k, h = sum(host_sizes), max(host_sizes), len(host_sizes)
+        if self.simulator(p, "tcp") is not None:
+            return self._hierarchical_simulated(host_sizes, nbytes, link_bandwidth)
         flat = self.explain("allreduce", p, nbytes, "tcp")[0][1]
         within = (self.explain("reduce", k, nbytes, "shm", shm=True)[0][1]
                   + self.explain("bcast", k, nbytes, "shm", shm=True)[0][1]) if k > 1 else 0.0
@@ -84,10 +124,28 @@ class Selector:
             across = max(across, 2 * nbytes * (h - 1) / h / link_bandwidth)
         return flat, within + across
 
+    def _hierarchical_simulated(self, host_sizes: Sequence[int], nbytes: float,
+                                link_bandwidth: float) -> tuple[float, float]:
+        """:meth:`hierarchical` by simulation on the job's topology: the flat algorithms on
+        every rank, the hierarchical one as its three phases in turn (each host's reduce and
+        bcast on a host of the largest size, the leaders' allreduce across hosts)."""
+        p, k, h = sum(host_sizes), max(host_sizes), len(host_sizes)
+        layout = tuple(i for i, n in enumerate(host_sizes) for _ in range(n))
+        flat = self.explain("allreduce", p, nbytes, "tcp", layout=layout,
+                            link_bandwidth=link_bandwidth)[0][1]
+        host = (0,) * k  # a job-built host, not this one's /sys: every host must agree
+        within = (self.explain("reduce", k, nbytes, "shm", shm=True, layout=host)[0][1]
+                  + self.explain("bcast", k, nbytes, "shm", shm=True, layout=host)[0][1]
+                  ) if k > 1 else 0.0
+        across = self.explain("allreduce", h, nbytes, "tcp", layout=tuple(range(h)),
+                              link_bandwidth=link_bandwidth)[0][1] if h > 1 else 0.0
+        return flat, within + across
+
     def choose(self, collective: str, p: int, nbytes: float, transport: str,
                requested: str | None = None, *, commutative: bool = True,
-               equal_blocks: bool = True, shm: bool = False) -> str:
-        """The algorithm to run.
+               equal_blocks: bool = True, shm: bool = False,
+               layout: Layout | None = None) -> str:
+        """The algorithm to run (``layout``: see :meth:`explain`).
 
         Raises:
             ValueError: ``requested`` is unknown, or cannot run this call (e.g. a
@@ -122,14 +180,15 @@ class Selector:
                                      f"run a non-commutative op; use one of {ok}")
                 raise ValueError(f"algorithm={name!r} needs equal blocks on every rank")
             # forced job-wide (RINGWORLD_ALGORITHMS) but unable to run this call: choose freely
-        key = (collective, p, nbytes, transport, commutative, equal_blocks, shm)
+        key = (collective, p, nbytes, transport, commutative, equal_blocks, shm, layout)
         found = self._memo.get(key)
         if found is None:
-            if p == 1:
-                found = next(iter(REGISTRY[collective]))
+            algos = REGISTRY[collective]
+            if p == 1 or (len(algos) == 1 and not (shm and collective in SHM_MODELS)):
+                found = next(iter(algos))  # nothing to compare (a barrier loads no numpy)
             else:
                 found = self.explain(collective, p, nbytes, transport, commutative=commutative,
-                                     equal_blocks=equal_blocks, shm=shm)[0][0]
+                                     equal_blocks=equal_blocks, shm=shm, layout=layout)[0][0]
             if len(self._memo) > 4096:
                 self._memo.clear()
             self._memo[key] = found

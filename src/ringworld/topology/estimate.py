@@ -1,0 +1,90 @@
+"""The simulated time of one registry schedule: what calibration and the run-time tuner share.
+
+:func:`schedule_time` builds, for every rank, the schedule the communicator would run for a
+collective (``ringworld.algorithms.registry``) and times it with the simulator
+(:mod:`ringworld.topology.sim`). :func:`cache_factor` is the calibrated cache model: how much
+faster than main memory a call whose buffers fit in the cache moves and combines its bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from ringworld.algorithms import registry
+from ringworld.algorithms.schedule import Spec
+from ringworld.topology.model import Topology
+from ringworld.topology.program import Programs
+from ringworld.topology.sim import Network, simulate
+from ringworld.tuning.cost import ALIASES, Constants
+
+# collectives whose Spec.n is one rank's block (the others: the whole vector)
+BLOCKED = frozenset({"gather", "scatter", "allgather", "alltoall", "reduce_scatter_block"})
+
+
+def base(collective: str) -> str:
+    """The collective whose schedules run ``collective`` (gatherv runs gather's, ...)."""
+    return ALIASES.get(collective, collective)
+
+
+def working_set(collective: str, nbytes: int, nranks: int) -> float:
+    """Bytes the buffers of one call span, over all ranks (send and receive buffers);
+    ``nbytes`` is the vector, or for allgather the whole gathered buffer."""
+    per_rank = {"bcast": nbytes, "allgather": nbytes + nbytes / nranks}.get(collective,
+                                                                            2 * nbytes)
+    return nranks * per_rank
+
+
+def cache_factor(c: Constants, collective: str, nbytes: int, nranks: int) -> float:
+    """How much faster than its main-memory rates a call of ``nbytes`` runs under ``c``'s
+    cache model: ``cache_speedup`` up to ``cache_bytes`` of working set, 1 from twice that,
+    geometric in between."""
+    if c.cache_bytes <= 0 or c.cache_speedup == 1.0:
+        return 1.0
+    ws = working_set(collective, nbytes, nranks)
+    if ws <= c.cache_bytes:
+        return c.cache_speedup
+    if ws >= 2 * c.cache_bytes:
+        return 1.0
+    return float(c.cache_speedup ** (1 - math.log2(ws / c.cache_bytes)))
+
+
+def sped_up(topo: Topology, speedup: float) -> Topology:
+    """``topo`` with its CPU cores' byte rates (transport, reduction, copy) times
+    ``speedup``."""
+    if speedup == 1.0:
+        return topo
+    core = next((d for d in topo.devices if d.kind == "core"), None)
+    if core is None:
+        return topo
+    b = core.params()
+    return topo.with_params("core", replace(b, engine=b.engine * speedup,
+                                            reduce_rate=b.reduce_rate * speedup,
+                                            copy_rate=b.copy_rate * speedup))
+
+
+def spec(collective: str, p: int, rank: int, n: int, segment: int) -> Spec:
+    """The Spec of a call of ``n`` elements (one rank's block for the blocked collectives,
+    else the vector) rooted at 0, pipelined in ``segment`` elements where that applies."""
+    b = base(collective)
+    if b == "barrier":
+        return Spec(p, rank)
+    if b in BLOCKED:
+        return Spec(p, rank, n)
+    return Spec(p, rank, n, 0, segment=segment)
+
+
+def schedule_time(net: Network, collective: str, algorithm: str, n: int, itemsize: int,
+                  segment: int) -> float:
+    """Simulated seconds of ``algorithm``'s schedule of ``collective`` for ``n`` elements of
+    ``itemsize`` bytes (see :func:`spec`) on every rank of ``net``.
+
+    Raises:
+        ValueError: unknown collective or algorithm. Cost: builds p schedules and simulates
+        them (about 0.1 ms per message).
+    """
+    p, b = net.p, base(collective)
+    progs = Programs.explicit(lambda r: registry.build(b, algorithm, spec(b, p, r, n, segment)),
+                              p, itemsize)
+    return simulate(net, progs).time
+
