@@ -109,9 +109,10 @@ class Selector:
         flat algorithm over TCP, and the hierarchical one (reduce within each host over shared
         memory, allreduce among one leader per host over TCP, bcast within each host).
 
-        ``link_bandwidth`` (bytes/s between hosts, measured) bounds both from below by the
-        bytes each host's link must carry: at least 2n(p-1)/p flat (a ring in rank order),
-        2n(h-1)/h hierarchical."""
+        Simulated on the job's topology with the link at ``link_bandwidth`` (bytes/s between
+        hosts, measured) where :meth:`simulator` allows; otherwise by formula, with
+        ``link_bandwidth`` bounding both from below by the bytes each host's link must carry:
+        at least 2n(p-1)/p flat (a ring in rank order), 2n(h-1)/h hierarchical."""
         p, k, h = sum(host_sizes), max(host_sizes), len(host_sizes)
         if self.simulator(p, "tcp") is not None:
             return self._hierarchical_simulated(host_sizes, nbytes, link_bandwidth)
