@@ -439,9 +439,20 @@ def _allreduce_direct(a: Arena, send: Array, recv: Array, op: Op) -> None:
 
 
 def reduce(a: Arena, send: Array, recv: Array, op: Op, root: int) -> None:
-    """Reduce to ``root`` through shared memory (each rank combines one slice)."""
+    """Reduce to ``root`` through shared memory (each rank combines one slice; a small
+    vector in one sync, the root combining every rank's copy in rank order)."""
     p, r = a.comm.size, a.comm.rank
     dt = send.dtype
+    if send.nbytes <= SMALL:
+        sl = a.slots(a.next_parity(), dt, send.size)
+        np.copyto(sl[r], send)
+        a.sync()
+        if r == root:
+            if p == 1:
+                np.copyto(recv, sl[0])
+            else:
+                _combine_in_rank_order(op, recv, sl)
+        return
     for c0, m in _parts(send.size, a.chunk // dt.itemsize):
         blk = blocks(m, p)
         s0, sl = blk[r]

@@ -154,7 +154,7 @@ def _shm(sync_per_chunk: int, copied: float, reduced: float, per_rank: bool = Fa
 SHM_MODELS: dict[str, Model] = {
     "barrier": lambda p, n, s: Work(0, 0, 0, syncs=1),
     "allreduce": _shm(2, 2.0, 1.0, small=True),
-    "reduce": _shm(2, 1.5, 1.0),
+    "reduce": _shm(2, 1.5, 1.0, small=True),
     "bcast": _shm(1, 1.0, 0.0, small=True),
     "allgather": _shm(1, 1.0, 0.0, per_rank=True, small=True),
     "reduce_scatter_block": _shm(2, 1.0, 1.0, per_rank=True, small=True, all_blocks=True),
