@@ -444,14 +444,14 @@ def reduce(a: Arena, send: Array, recv: Array, op: Op, root: int) -> None:
     p, r = a.comm.size, a.comm.rank
     dt = send.dtype
     if send.nbytes <= SMALL:
-        sl = a.slots(a.next_parity(), dt, send.size)
-        np.copyto(sl[r], send)
+        slot = a.slots(a.next_parity(), dt, send.size)
+        np.copyto(slot[r], send)
         a.sync()
         if r == root:
             if p == 1:
-                np.copyto(recv, sl[0])
+                np.copyto(recv, slot[0])
             else:
-                _combine_in_rank_order(op, recv, sl)
+                _combine_in_rank_order(op, recv, slot)
         return
     for c0, m in _parts(send.size, a.chunk // dt.itemsize):
         blk = blocks(m, p)
