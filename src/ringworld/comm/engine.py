@@ -76,6 +76,10 @@ class Engine:
         self.timeout = timeout
         self.posted: defaultdict[int, list[RecvRequest[Any]]] = defaultdict(list)
         self.unexpected: defaultdict[int, list[Incoming]] = defaultdict(list)
+        # signed collective messages among them: context -> sequence -> {tag: how many}, so
+        # that checking a call's signature costs a lookup, not a scan of a queue that a root
+        # running ahead (a bcast loop's) fills with thousands of later calls' messages
+        self._signed: defaultdict[int, dict[int, dict[int, int]]] = defaultdict(dict)
         self.broken: BaseException | None = None
         self.dead: dict[int, PeerFailure] = {}  # world rank -> how it failed
         self._deliver = self.deliver
@@ -161,6 +165,8 @@ class Engine:
             for table in (self.posted, self.unexpected):
                 if not table.get(c, True):
                     del table[c]
+            if not self._signed.get(c, True):
+                del self._signed[c]
             self.entered.pop(c, None)
             self.entered_tag.pop(c, None)
             self.previous_tag.pop(c, None)
@@ -183,8 +189,11 @@ class Engine:
                     return
             if inc.tag > SEQ_MASK:  # a signed collective message nobody takes: a mismatch?
                 self._check_signatures(inc.context, inc.source, inc.tag, posted)
-        if inc.tag > SEQ_MASK and self.entered_tag:
-            self._check_unexpected(inc.context, inc.tag, inc.source)
+        if inc.tag > SEQ_MASK:
+            if self.entered_tag:
+                self._check_unexpected(inc.context, inc.tag, inc.source)
+            tags = self._signed[inc.context].setdefault(inc.tag & SEQ_MASK, {})
+            tags[inc.tag] = tags.get(inc.tag, 0) + 1
         if inc.lazy:
             if not self.deferred:
                 self.deferred_since = time.monotonic()
@@ -221,15 +230,40 @@ class Engine:
         if unexpected:
             i = _find(unexpected, req.source, req.tag)
             if i >= 0:
-                req.bind(unexpected.pop(i))
+                m = unexpected.pop(i)
+                if m.tag > SEQ_MASK:
+                    self._unindex(m.context, m.tag)
+                req.bind(m)
                 return
             if req.tag > SEQ_MASK:  # another signature for the same call, from anyone
-                seq = req.tag & SEQ_MASK
-                for m in unexpected:
-                    if m.tag & SEQ_MASK == seq and m.tag > SEQ_MASK and m.tag != req.tag:
-                        self._mismatch(req, m.tag, m.source)
-                        return
+                other = self._other_signature(req.context, req.tag)
+                if other is not None:
+                    self._mismatch(req, other.tag, other.source)
+                    return
         self.posted[req.context].append(req)
+
+    def _unindex(self, context: int, tag: int) -> None:
+        seqs = self._signed[context]
+        seq = tag & SEQ_MASK
+        tags = seqs[seq]
+        left = tags[tag] - 1
+        if left:
+            tags[tag] = left
+        else:
+            del tags[tag]
+            if not tags:
+                del seqs[seq]
+
+    def _other_signature(self, context: int, tag: int) -> Incoming | None:
+        """A queued message of the same collective call as ``tag`` (same sequence number)
+        with another signature, or None. Cost: a lookup; a scan only when there is one."""
+        tags = self._signed.get(context, {}).get(tag & SEQ_MASK)
+        if not tags or (len(tags) == 1 and tag in tags):
+            return None
+        for m in self.unexpected.get(context, ()):
+            if m.tag & SEQ_MASK == tag & SEQ_MASK and m.tag > SEQ_MASK and m.tag != tag:
+                return m
+        return None
 
     def _check_signatures(self, context: int, source: int, tag: int,
                           posted: list[RecvRequest[Any]]) -> None:
@@ -248,19 +282,15 @@ class Engine:
 
         A message of this call queued with another signature is a mismatch even when this rank
         posts no receive in the call (a root that only sends): found here or on arrival.
-        Cost: a dict store; a scan only when messages wait unexpected on ``context``.
+        Cost: two dict lookups; a scan only when such a message waits.
         """
         old = self.entered_tag.get(context)
         if old is not None:
             self.previous_tag[context] = old
         self.entered_tag[context] = tag
-        waiting = self.unexpected.get(context)
-        if waiting:
-            seq = tag & SEQ_MASK
-            for m in waiting:
-                if m.tag & SEQ_MASK == seq and m.tag > SEQ_MASK and m.tag != tag:
-                    self.strays.append((context, m.tag, m.source))
-                    return
+        m = self._other_signature(context, tag)
+        if m is not None:
+            self.strays.append((context, m.tag, m.source))
 
     def _check_unexpected(self, context: int, tag: int, source: int) -> None:
         """A signed collective message nobody has asked for: note it as a stray (a mismatch)
@@ -705,6 +735,7 @@ class Engine:
                 r._error = self.revoked[c]
                 r._done = True
             self.unexpected.pop(c, None)
+            self._signed.pop(c, None)
 
     def _break(self, exc: BaseException) -> None:
         if self.broken is None:
