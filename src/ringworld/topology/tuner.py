@@ -45,11 +45,12 @@ def job_topology(layout: Layout, shm: Constants, tcp: Constants,
     shared-memory constants) and a NIC on one network switch.
 
     A NIC's link carries ``link_bandwidth`` bytes/s each way (measured between hosts; else
-    half of ``tcp.bandwidth``, which counts bytes sent plus received) with a latency of what a
-    TCP step costs beyond a shared-memory one.
+    half of ``tcp.bandwidth``, which counts bytes sent plus received); a message between hosts
+    crosses two of them and pays, in their latencies, what a TCP step costs beyond a
+    shared-memory one.
     """
     bw = link_bandwidth if link_bandwidth < math.inf else tcp.bandwidth / 2
-    lat = max(0.0, tcp.step - shm.step)
+    lat = max(0.0, tcp.step - shm.step) / 2
     devs = [Device("switch", "switch", None, "network switch")]
     links: list[Link] = []
     ranks: list[str] = []
