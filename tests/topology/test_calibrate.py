@@ -63,7 +63,7 @@ def test_calibrate_command_compare_with_a_constants_file(tmp_path) -> None:
     assert "pred/meas" in proc.stdout
     assert "predictions within 25% of the measured median of 2 job(s)" in proc.stdout
     rows = json.loads(out.read_text())
-    assert {r["algorithm"] for r in rows} == {"ring", "recursive_doubling", "bruck"}
+    assert {r["algorithm"] for r in rows} == {"ring", "recursive_doubling", "bruck", "shm"}
     assert all(r["job_spread"] >= 1.0 for r in rows)
 
 
@@ -128,11 +128,11 @@ def test_calibrate_command_fits_saves_and_compares(tmp_path) -> None:
                            "512KiB", "--collectives", "allreduce", "--jobs", "1"],
                           capture_output=True, text=True, timeout=240, check=False)
     assert proc.returncode == 0, proc.stderr
-    assert "fitted to 6 measured calls: rms log error" in proc.stdout, proc.stdout
+    assert "fitted to 8 measured calls: rms log error" in proc.stdout, proc.stdout
     saved = constants.load(str(path))["shm"]
     assert all(math.isfinite(v) and v > 0 for v in saved[:5])
     rows = [line.split() for line in proc.stdout.splitlines() if line.startswith("allreduce ")]
-    assert {r[1] for r in rows} == {"ring", "rabenseifner", "recursive_doubling"}
+    assert {r[1] for r in rows} == {"ring", "rabenseifner", "recursive_doubling", "shm"}
     assert {r[2] for r in rows} == {str(512 << 10)}  # compared at --compare-sizes
 
 

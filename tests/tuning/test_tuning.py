@@ -104,3 +104,21 @@ def test_a_crowded_host_broadcasts_small_vectors_by_tree() -> None:
             assert s.choose(coll, 4, nbytes, "shm", shm=True, layout=host,
                             crowded=True) == "shm", coll
         assert s.choose("bcast", 4, 1024, "shm", "shm", shm=True, crowded=True) == "shm"
+
+
+def test_shared_memory_model_follows_the_algorithms_sizes() -> None:
+    from ringworld.algorithms import shm
+    from ringworld.tuning.cost import SHM_CHUNK, SHM_DIRECT, SHM_SMALL
+
+    assert (SHM_CHUNK, SHM_SMALL) == (shm.CHUNK, shm.SMALL)
+    assert SHM_DIRECT == {"allreduce": shm.DIRECT_MIN_ALLREDUCE, "bcast": shm.DIRECT_MIN_BCAST,
+                          "allgather": shm.DIRECT_MIN_ALLGATHER,
+                          "alltoall": shm.DIRECT_MIN_ALLTOALL}
+    # from the direct-read size on, bytes move by kernel reads (counted as moved at the
+    # transport's rate) instead of through the windows (counted as copied)
+    for coll, size in SHM_DIRECT.items():
+        n = size // 2 if coll == "alltoall" else size  # alltoall: the send buffer of 2 ranks
+        m = model(coll, "shm")
+        assert m is not None
+        below, at = m(2, n - 64, 0), m(2, n, 0)
+        assert below.moved == 0 and at.moved >= n / 2, (coll, below, at)

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from ringworld.errors import ConfigError
 from ringworld.topology.discover import discover
-from ringworld.topology.estimate import cache_factor, schedule_time, sped_up
+from ringworld.topology.estimate import cache_factor, schedule_time, shm_time, sped_up
 from ringworld.topology.model import Params, Topology, core_params
 from ringworld.topology.sim import Network
 from ringworld.tuning import constants as tuning_constants
@@ -113,6 +113,22 @@ def predict(topo: Topology, collective: str, algorithm: str, nbytes: int,
     n = max(1, nbytes // (4 * p) if collective == "allgather" else nbytes // 4)
     return schedule_time(Network(sped_up(topo, speedup), p), collective, algorithm, n, 4,
                          SEGMENT_BYTES // 4)
+
+
+def predict_row(topo: Topology, c: Constants, collective: str, algorithm: str, nbytes: int,
+                nranks: int) -> float:
+    """Predicted seconds of one call as :mod:`ringworld.topology.measure_rank` times it: the
+    shared-memory algorithm by its formula (it is not a message schedule), any other by
+    simulating its schedule on ``topo`` (whose cores carry ``c``) with ``c``'s cache model.
+
+    Raises:
+        ValueError: unknown collective or algorithm.
+    """
+    if algorithm == "shm":
+        n = nbytes / nranks if collective == "allgather" else nbytes
+        return shm_time(c, collective, nranks, n)
+    return predict(topo, collective, algorithm, nbytes, nranks,
+                   cache_factor(c, collective, nbytes, nranks))
 
 
 def measure_collectives(nranks: int, sizes: Sequence[int], collectives: Sequence[str],
@@ -225,13 +241,14 @@ def compare(nranks: int, sizes: Sequence[int], collectives: Sequence[str],
 
 def compare_rows(rows: Sequence[dict[str, float]], nranks: int,
                  constants: Constants) -> list[Comparison]:
-    """Simulate each measured row (as :func:`measure_collectives` gives) on the local topology
-    with ``constants``. Cost: a fraction of a second of simulation per row."""
+    """Predict each measured row (as :func:`measure_collectives` gives) on the local topology
+    with ``constants`` (:func:`predict_row`). Cost: a fraction of a second of simulation per
+    row."""
     topo = local_topology(nranks=nranks, constants=constants)
     out = []
     for row in rows:
         coll, algo, nb = str(row["collective"]), str(row["algorithm"]), int(row["bytes"])
-        t = predict(topo, coll, algo, nb, nranks, cache_factor(constants, coll, nb, nranks))
+        t = predict_row(topo, constants, coll, algo, nb, nranks)
         out.append(Comparison(coll, algo, nb, nranks, t, float(row["seconds"]),
                               float(row.get("spread", 1.0))))
     return out
@@ -258,8 +275,8 @@ def _errors(topo: Topology, rows: Sequence[dict[str, float]], c: Constants,
     t = topo.with_params("core", core_params(c))
     out = []
     for r in rows:
-        coll, nb = str(r["collective"]), int(r["bytes"])
-        sim = predict(t, coll, str(r["algorithm"]), nb, nranks, cache_factor(c, coll, nb, nranks))
+        sim = predict_row(t, c, str(r["collective"]), str(r["algorithm"]), int(r["bytes"]),
+                          nranks)
         out.append(math.log(sim / float(r["seconds"])))
     return out
 

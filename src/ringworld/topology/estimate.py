@@ -16,7 +16,7 @@ from ringworld.algorithms.schedule import Spec
 from ringworld.topology.model import Topology
 from ringworld.topology.program import Programs
 from ringworld.topology.sim import Network, simulate
-from ringworld.tuning.cost import ALIASES, Constants
+from ringworld.tuning.cost import ALIASES, Constants, predict
 
 # collectives whose Spec.n is one rank's block (the others: the whole vector)
 BLOCKED = frozenset({"gather", "scatter", "allgather", "alltoall", "reduce_scatter_block"})
@@ -88,3 +88,15 @@ def schedule_time(net: Network, collective: str, algorithm: str, n: int, itemsiz
                               p, itemsize)
     return simulate(net, progs).time
 
+
+
+def shm_time(c: Constants, collective: str, p: int, nbytes: float) -> float:
+    """Predicted seconds of the shared-memory algorithm (not a message schedule: its formula,
+    :data:`ringworld.tuning.cost.SHM_MODELS`) for ``nbytes`` (the vector, or one rank's block
+    for the blocked collectives), with the byte rates sped up by ``c``'s cache model."""
+    b = base(collective)
+    f = cache_factor(c, b, int(nbytes) * p if b in BLOCKED else int(nbytes), p)
+    if f != 1.0:
+        c = c._replace(bandwidth=c.bandwidth * f, reduce_rate=c.reduce_rate * f,
+                       copy_rate=c.copy_rate * f)
+    return predict(collective, "shm", p, nbytes, c)

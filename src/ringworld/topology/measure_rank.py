@@ -4,7 +4,8 @@ Run under ``ringworld run -n N python -m ringworld.topology.measure_rank --sizes
 --collectives allreduce,bcast``; rank 0 prints one line ``RINGWORLD_MEASURE <json>``: a list
 of {collective, algorithm, bytes, seconds}, seconds being the max over ranks of the median
 over interleaved passes of the mean time per call (each timing after a barrier). Sizes are bytes of
-float32 data; for allgather the size is the whole gathered buffer (as in nccl-tests).
+float32 data; for allgather the size is the whole gathered buffer (as in nccl-tests). Over
+shared memory the shared-memory algorithm (``shm``) is timed too.
 """
 
 from __future__ import annotations
@@ -76,8 +77,10 @@ def main(argv: list[str] | None = None) -> None:
     comm = ringworld.init()
     cache: dict[tuple[str, int], tuple[Any, Any]] = {}
     cells = []
+    # the shared-memory algorithm too where it runs (what a blocking call on one host picks)
+    shm = ("shm",) if comm.transport == "shm" and comm.supports_shared_memory else ()
     for coll in args.collectives.split(","):
-        for algo in ALGORITHMS[coll]:
+        for algo in ALGORITHMS[coll] + shm:
             for nbytes in (int(s) for s in args.sizes.split(",")):
                 op = _op(comm, coll, algo, nbytes, cache)
                 op()  # warm: windows mapped, schedules built, pages touched

@@ -29,10 +29,17 @@ import math
 from collections.abc import Mapping
 
 from ringworld.topology.discover import MEM_BANDWIDTH, discover
-from ringworld.topology.estimate import BLOCKED, base, cache_factor, schedule_time, sped_up
+from ringworld.topology.estimate import (
+    BLOCKED,
+    base,
+    cache_factor,
+    schedule_time,
+    shm_time,
+    sped_up,
+)
 from ringworld.topology.model import Device, Link, Topology, build, core_params
 from ringworld.topology.sim import Network
-from ringworld.tuning.cost import Constants, predict
+from ringworld.tuning.cost import Constants
 
 NIC_BANDWIDTH = 100e9  # bytes/s between a host's memory and its NIC (never the bottleneck)
 
@@ -102,15 +109,9 @@ class Simulated:
         return t_lo + (t_hi - t_lo) * (nb - lo) / lo
 
     def shm_seconds(self, collective: str, p: int, nbytes: float, transport: str) -> float:
-        """The shared-memory algorithm's formula (:data:`ringworld.tuning.cost.SHM_MODELS`)
-        with the byte rates sped up by the cache model."""
-        c = self._constants(transport)
-        b = base(collective)
-        f = cache_factor(c, b, int(nbytes) * p if b in BLOCKED else int(nbytes), p)
-        if f != 1.0:
-            c = c._replace(bandwidth=c.bandwidth * f, reduce_rate=c.reduce_rate * f,
-                           copy_rate=c.copy_rate * f)
-        return predict(collective, "shm", p, nbytes, c)
+        """The shared-memory algorithm's formula with the cache model
+        (:func:`ringworld.topology.estimate.shm_time`)."""
+        return shm_time(self._constants(transport), collective, p, nbytes)
 
     def _point(self, key: tuple[str, str, int, str, Layout | None, float], n: int) -> float:
         found = self._points.get((*key, n))

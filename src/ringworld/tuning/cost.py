@@ -129,7 +129,7 @@ MODELS: dict[str, dict[str, Model]] = {
     },
 }
 SHM_CHUNK = 2 << 20  # algorithms.shm.CHUNK (not imported: that module loads numpy)
-SHM_SMALL = 16384
+SHM_SMALL = 16384  # algorithms.shm.SMALL
 
 
 def _shm(sync_per_chunk: int, copied: float, reduced: float, per_rank: bool = False,
@@ -151,14 +151,42 @@ def _shm(sync_per_chunk: int, copied: float, reduced: float, per_rank: bool = Fa
     return m
 
 
+# algorithms.shm's DIRECT_MIN_* (not imported, as above): from these sizes (bytes of the vector;
+# of one block for allgather; of the send buffer for alltoall) a shared-memory collective reads
+# its peers' buffers with one kernel copy (process_vm_readv) instead of going through the
+# windows. Such a read costs what receiving through the transport does: ``bandwidth`` counts
+# bytes sent plus received, so 2 / bandwidth per byte read.
+SHM_DIRECT = {"allreduce": 8 << 20, "bcast": 1 << 20, "allgather": 2 << 20, "alltoall": 4 << 20}
+
+
+def _direct(collective: str, windows: Model) -> Model:
+    """``windows`` below the direct-read size of ``collective``; above it, the direct reads:
+    allreduce reads (p-1)/p of the others' inputs and then of their results (3 syncs); bcast
+    moves (p-1)/p of the vector (root writing, others reading at once); allgather and
+    alltoall read p-1 blocks and copy their own."""
+    limit = SHM_DIRECT[collective]
+
+    def m(p: int, n: float, seg: int) -> Work:
+        if (n * p if collective == "alltoall" else n) < limit:
+            return windows(p, n, seg)
+        f = (p - 1) / p
+        if collective == "allreduce":
+            return Work(0, 0, 2 * 2 * f * n, f * n, 0, syncs=3)
+        if collective == "bcast":
+            return Work(0, 0, 2 * f * n, syncs=2)
+        return Work(0, 0, 2 * (p - 1) * n, 0, n, syncs=2)
+    return m
+
+
 SHM_MODELS: dict[str, Model] = {
     "barrier": lambda p, n, s: Work(0, 0, 0, syncs=1),
-    "allreduce": _shm(2, 2.0, 1.0, small=True),
+    "allreduce": _direct("allreduce", _shm(2, 2.0, 1.0, small=True)),
     "reduce": _shm(2, 1.5, 1.0, small=True),
-    "bcast": _shm(1, 1.0, 0.0, small=True),
-    "allgather": _shm(1, 1.0, 0.0, per_rank=True, small=True),
+    "bcast": _direct("bcast", _shm(1, 1.0, 0.0, small=True)),
+    "allgather": _direct("allgather", _shm(1, 1.0, 0.0, per_rank=True, small=True)),
     "reduce_scatter_block": _shm(2, 1.0, 1.0, per_rank=True, small=True, all_blocks=True),
-    "alltoall": _shm(2, 2.0, 0.0, per_rank=True, small=True, all_blocks=True),
+    "alltoall": _direct("alltoall", _shm(2, 2.0, 0.0, per_rank=True, small=True,
+                                         all_blocks=True)),
 }
 
 # collectives whose algorithms share a model with another's
