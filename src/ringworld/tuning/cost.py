@@ -133,12 +133,13 @@ SHM_SMALL = 16384  # algorithms.shm.SMALL
 
 
 def _shm(sync_per_chunk: int, copied: float, reduced: float, per_rank: bool = False,
-         small: bool = False, all_blocks: bool = False) -> Model:
+         small: bool = False, all_blocks: bool = False, own: float = 0.0) -> Model:
     """A shared-memory algorithm: syncs per chunk, bytes copied and reduced per byte of n.
 
     ``small``: messages of at most SHM_SMALL bytes take one sync (and every rank reduces all
     p inputs itself); ``all_blocks``: the send buffer holds p blocks of n (alltoall,
-    reduce_scatter), so that is what must fit.
+    reduce_scatter), so that is what must fit; ``own``: further copies per byte of n whatever
+    p (allgather copies its block in and to its own place, then the p-1 others out).
     """
     def m(p: int, n: float, seg: int) -> Work:
         if small and (n * p if all_blocks else n) <= SHM_SMALL:
@@ -146,7 +147,8 @@ def _shm(sync_per_chunk: int, copied: float, reduced: float, per_rank: bool = Fa
                         syncs=1)
         total = n * p if per_rank else n
         chunks = max(1, math.ceil(total / SHM_CHUNK))
-        return Work(0, 0, 0, reduced * n * (p - 1) / p, copied * n * (p - 1 if per_rank else 1),
+        return Work(0, 0, 0, reduced * n * (p - 1) / p,
+                    (copied * (p - 1 if per_rank else 1) + own) * n,
                     syncs=sync_per_chunk * chunks + (0 if reduced else 1))
     return m
 
@@ -183,10 +185,10 @@ SHM_MODELS: dict[str, Model] = {
     "allreduce": _direct("allreduce", _shm(2, 2.0, 1.0, small=True)),
     "reduce": _shm(2, 1.5, 1.0, small=True),
     "bcast": _direct("bcast", _shm(1, 1.0, 0.0, small=True)),
-    "allgather": _direct("allgather", _shm(1, 1.0, 0.0, per_rank=True, small=True)),
+    "allgather": _direct("allgather", _shm(1, 1.0, 0.0, per_rank=True, small=True, own=2.0)),
     "reduce_scatter_block": _shm(2, 1.0, 1.0, per_rank=True, small=True, all_blocks=True),
     "alltoall": _direct("alltoall", _shm(2, 2.0, 0.0, per_rank=True, small=True,
-                                         all_blocks=True)),
+                                         all_blocks=True, own=1.0)),
 }
 
 # collectives whose algorithms share a model with another's
