@@ -133,13 +133,16 @@ SHM_SMALL = 16384  # algorithms.shm.SMALL
 
 
 def _shm(sync_per_chunk: int, copied: float, reduced: float, per_rank: bool = False,
-         small: bool = False, all_blocks: bool = False, own: float = 0.0) -> Model:
+         small: bool = False, all_blocks: bool = False, own: float = 0.0,
+         per_p: float = 0.0) -> Model:
     """A shared-memory algorithm: syncs per chunk, bytes copied and reduced per byte of n.
 
     ``small``: messages of at most SHM_SMALL bytes take one sync (and every rank reduces all
     p inputs itself); ``all_blocks``: the send buffer holds p blocks of n (alltoall,
     reduce_scatter), so that is what must fit; ``own``: further copies per byte of n whatever
-    p (allgather copies its block in and to its own place, then the p-1 others out).
+    p (allgather copies its block in and to its own place, then the p-1 others out);
+    ``per_p``: further copies per byte of n / p (allreduce copies (p-1)/p of its input in, its
+    1/p result out and the (p-1)/p of the others' results back: 2 - 1/p, not 2).
     """
     def m(p: int, n: float, seg: int) -> Work:
         if small and (n * p if all_blocks else n) <= SHM_SMALL:
@@ -148,7 +151,7 @@ def _shm(sync_per_chunk: int, copied: float, reduced: float, per_rank: bool = Fa
         total = n * p if per_rank else n
         chunks = max(1, math.ceil(total / SHM_CHUNK))
         return Work(0, 0, 0, reduced * n * (p - 1) / p,
-                    (copied * (p - 1 if per_rank else 1) + own) * n,
+                    (copied * (p - 1 if per_rank else 1) + own + per_p / p) * n,
                     syncs=sync_per_chunk * chunks + (0 if reduced else 1))
     return m
 
@@ -182,7 +185,7 @@ def _direct(collective: str, windows: Model) -> Model:
 
 SHM_MODELS: dict[str, Model] = {
     "barrier": lambda p, n, s: Work(0, 0, 0, syncs=1),
-    "allreduce": _direct("allreduce", _shm(2, 2.0, 1.0, small=True)),
+    "allreduce": _direct("allreduce", _shm(2, 2.0, 1.0, small=True, per_p=-1.0)),
     "reduce": _shm(2, 1.5, 1.0, small=True),
     "bcast": _direct("bcast", _shm(1, 1.0, 0.0, small=True)),
     "allgather": _direct("allgather", _shm(1, 1.0, 0.0, per_rank=True, small=True, own=2.0)),
