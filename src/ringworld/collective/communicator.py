@@ -79,8 +79,7 @@ class Communicator(ObjectCollectives):
         self._hier: tuple[Self, Self | None] | None = None  # (host comm, leaders comm)
         self._hier_choice: dict[int, bool] = {}  # size class -> hierarchical allreduce?
         self._link_bw: float | None = None  # measured bytes/s between hosts
-        hosts = [engine.hosts[w] for w in self._ranks]
-        order = list(dict.fromkeys(hosts))
+        hosts, order = self._hosts()
         # each rank's host index when the ranks span hosts (the tuner's topology), else None
         index = {h: i for i, h in enumerate(order)}
         self._layout = tuple(index[h] for h in hosts) if len(order) > 1 else None

@@ -49,6 +49,13 @@ def cache_factor(c: Constants, collective: str, nbytes: int, nranks: int) -> flo
     return float(c.cache_speedup ** (1 - math.log2(ws / c.cache_bytes)))
 
 
+def call_factor(c: Constants, collective: str, p: int, n: int) -> float:
+    """:func:`cache_factor` of a call of ``n`` bytes as the selector counts them (the vector,
+    or one rank's block for the blocked collectives)."""
+    b = base(collective)
+    return cache_factor(c, b, n * p if b in BLOCKED else n, p)
+
+
 def sped_up(topo: Topology, speedup: float) -> Topology:
     """``topo`` with its CPU cores' byte rates (transport, reduction, copy) times
     ``speedup``."""
@@ -94,8 +101,7 @@ def shm_time(c: Constants, collective: str, p: int, nbytes: float) -> float:
     """Predicted seconds of the shared-memory algorithm (not a message schedule: its formula,
     :data:`ringworld.tuning.cost.SHM_MODELS`) for ``nbytes`` (the vector, or one rank's block
     for the blocked collectives), with the byte rates sped up by ``c``'s cache model."""
-    b = base(collective)
-    f = cache_factor(c, b, int(nbytes) * p if b in BLOCKED else int(nbytes), p)
+    f = call_factor(c, collective, p, int(nbytes))
     if f != 1.0:
         c = c._replace(bandwidth=c.bandwidth * f, reduce_rate=c.reduce_rate * f,
                        copy_rate=c.copy_rate * f)

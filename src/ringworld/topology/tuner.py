@@ -29,14 +29,7 @@ import math
 from collections.abc import Mapping
 
 from ringworld.topology.discover import MEM_BANDWIDTH, discover
-from ringworld.topology.estimate import (
-    BLOCKED,
-    base,
-    cache_factor,
-    schedule_time,
-    shm_time,
-    sped_up,
-)
+from ringworld.topology.estimate import call_factor, schedule_time, shm_time, sped_up
 from ringworld.topology.model import Device, Link, Topology, build, core_params
 from ringworld.topology.sim import Network
 from ringworld.tuning.cost import Constants
@@ -117,9 +110,7 @@ class Simulated:
         found = self._points.get((*key, n))
         if found is None:
             collective, algorithm, p, transport, layout, bw = key
-            c = self._constants(transport)
-            b = base(collective)
-            speed = cache_factor(c, b, n * p if b in BLOCKED else n, p)
+            speed = call_factor(self._constants(transport), collective, p, n)
             found = float(schedule_time(self._net(p, transport, layout, bw, speed), collective,
                                         algorithm, n, 1, self.segment))
             self._points[(*key, n)] = found
