@@ -67,8 +67,16 @@ class Worker:
     """A FIFO of tasks run by one daemon thread, plus the point-to-point requests in flight."""
 
     def __init__(self) -> None:
-        self._tasks: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        # queue.Queue, not SimpleQueue: CPython 3.11's SimpleQueue.get(timeout=t) can block for
+        # ever. When its lock is free (a put() released it while no get() waited) but the queue
+        # is empty, get() takes the lock, recomputes the time left, and if t has passed by
+        # then (the thread was descheduled) waits on the lock with a negative timeout, which
+        # means no timeout. The worker polls with timeouts of 20 us to 1 ms while requests
+        # are pending, so it was hit: about one 3-rank torch send/recv job in 500 hung, the
+        # worker asleep with a receive pending and its message already delivered.
+        self._tasks: queue.Queue[Callable[[], None]] = queue.Queue()
         self._pending: list[_Pending] = []
+        self._stopped = False
         self._thread = threading.Thread(target=self._loop, name="ringworld-torch", daemon=True)
         self._thread.start()
 
@@ -112,9 +120,30 @@ class Worker:
         deadline = None if timeout is None else time.monotonic() + timeout
         self._pending.append(_Pending(request, done, deadline, what))
 
+    def stop(self, timeout: float = 10.0) -> None:
+        """End the thread once the tasks queued before this call have run, and join it (the
+        process's own worker lives as long as the process; this is for workers made apart).
+
+        Raises:
+            Timeout: the thread did not end within ``timeout`` seconds.
+        """
+
+        def end() -> None:
+            self._stopped = True
+
+        self.submit(end)
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise Timeout(f"the ringworld-torch worker did not stop within {timeout:g} s")
+
+    @property
+    def alive(self) -> bool:
+        """Whether the thread is running."""
+        return self._thread.is_alive()
+
     # ------------------------------------------------------------------ the thread
     def _loop(self) -> None:
-        while True:
+        while not self._stopped:
             self._step(None)
 
     def _step(self, block: float | None) -> None:
