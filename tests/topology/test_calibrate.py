@@ -121,6 +121,23 @@ def test_fit_recovers_the_constants_that_produced_the_times() -> None:
         calibrate.fit([{**rows[0], "seconds": 0.0}], start, 2)
 
 
+def test_fit_finds_the_rate_of_direct_reads_apart_from_the_bandwidth() -> None:
+    """The shared-memory algorithm's large paths read peers' memory directly; with reads at a
+    quarter of the message bandwidth (half of what 0 assumes), the fit finds that rate."""
+    true = Constants(step=30e-6, message=8e-6, bandwidth=4e9, reduce_rate=3e9, copy_rate=5e9,
+                     sync=8e-6, read_rate=1e9)
+    topo = calibrate.local_topology(nranks=2, constants=true)
+    rows = [{"collective": coll, "algorithm": algo, "bytes": nb,
+             "seconds": calibrate.predict_row(topo, true, coll, algo, nb, 2)}
+            for coll, algo in [("allreduce", "ring"), ("bcast", "binomial"),
+                               ("allgather", "ring"), ("allgather", "shm"), ("bcast", "shm")]
+            for nb in (1 << 20, 4 << 20, 16 << 20)]
+    f = calibrate.fit(rows, true._replace(read_rate=0.0), 2)
+    assert f.worst_before > 0.3  # the direct paths, predicted at twice the true rate
+    assert f.worst_after < 0.1
+    assert f.constants.read_rate == pytest.approx(1e9, rel=0.15)
+
+
 def test_calibrate_command_fits_saves_and_compares(tmp_path) -> None:
     path = tmp_path / "fit.json"
     proc = subprocess.run([sys.executable, "-m", "ringworld", "calibrate", "--fit", "--save",

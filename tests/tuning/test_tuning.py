@@ -114,11 +114,15 @@ def test_shared_memory_model_follows_the_algorithms_sizes() -> None:
     assert SHM_DIRECT == {"allreduce": shm.DIRECT_MIN_ALLREDUCE, "bcast": shm.DIRECT_MIN_BCAST,
                           "allgather": shm.DIRECT_MIN_ALLGATHER,
                           "alltoall": shm.DIRECT_MIN_ALLTOALL}
-    # from the direct-read size on, bytes move by kernel reads (counted as moved at the
-    # transport's rate) instead of through the windows (counted as copied)
+    # from the direct-read size on, bytes move by kernel reads (counted as read, at read_rate)
+    # instead of through the windows (counted as copied)
     for coll, size in SHM_DIRECT.items():
         n = size // 2 if coll == "alltoall" else size  # alltoall: the send buffer of 2 ranks
         m = model(coll, "shm")
         assert m is not None
         below, at = m(2, n - 64, 0), m(2, n, 0)
-        assert below.moved == 0 and at.moved >= n / 2, (coll, below, at)
+        assert below.read == 0 and below.moved == 0 and at.read >= n / 2, (coll, below, at)
+        # an unfitted read rate is half the bandwidth (which counts both ends of a message)
+        c = Constants(step=0, message=0, bandwidth=4e9, reduce_rate=1e20, copy_rate=1e20, sync=0)
+        assert at.time(c) == pytest.approx(at.read / 2e9)
+        assert at.time(c._replace(read_rate=8e9)) == pytest.approx(at.read / 8e9)

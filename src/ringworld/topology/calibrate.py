@@ -15,7 +15,8 @@ local topology: predicted / measured per (collective, algorithm, size).
 :func:`fit` goes one step further: the microbenchmarks behind :func:`calibrate` time one thing
 at a time, while a collective overlaps copies, reductions and messages on cores that share one
 memory system, and its buffers may stay in the cache; predictions from them alone were off by
-up to 3x here. ``fit`` adjusts the five constants and a cache model (multiplicatively, by
+up to 3x here. ``fit`` adjusts the five constants, the rate of direct peer reads (the
+shared-memory algorithm's large paths) and a cache model (multiplicatively, by
 coordinate descent on the mean squared log ratio) until the simulated schedules match a set of
 measured collective calls; ``ringworld calibrate --fit`` measures that set, fits, and saves the
 result for the simulator and the tuner alike.
@@ -254,9 +255,9 @@ def compare_rows(rows: Sequence[dict[str, float]], nranks: int,
     return out
 
 
-# what fit adjusts: the five rates and latencies, and the cache model (see cache_factor)
-FIELDS = ("step", "message", "bandwidth", "reduce_rate", "copy_rate", "cache_bytes",
-          "cache_speedup")
+# what fit adjusts: the six rates and latencies, and the cache model (see cache_factor)
+FIELDS = ("step", "message", "bandwidth", "reduce_rate", "copy_rate", "read_rate",
+          "cache_bytes", "cache_speedup")
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,7 +299,7 @@ def fit(rows: Sequence[dict[str, float]], start: Constants, nranks: int,
 
     Raises:
         ValueError: no rows, or a row with a non-positive time.
-    Cost: up to 3 starts x rounds x 7 constants x 4 factors simulations of every row (a few
+    Cost: up to 3 starts x rounds x 8 constants x 4 factors simulations of every row (a few
     ms each): seconds for a few dozen rows.
     """
     if not rows:
@@ -306,6 +307,8 @@ def fit(rows: Sequence[dict[str, float]], start: Constants, nranks: int,
     if any(float(r["seconds"]) <= 0 for r in rows):
         raise ValueError("fit: every measured time must be positive")
     topo = discover(sysfs, nvidia_smi=lambda: None).topology.with_ranks(nranks)
+    if start.read_rate <= 0:  # what 0 means (see Constants), as a value descent can scale
+        start = start._replace(read_rate=start.bandwidth / 2)
     errs = _errors(topo, rows, start, nranks)
     before = _score(errs), max(abs(math.exp(e) - 1) for e in errs)
     starts = [start]

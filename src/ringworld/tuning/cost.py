@@ -33,6 +33,10 @@ class Constants(NamedTuple):
     # bytes cache_speedup times faster than the rates above; twice that size or more, at them
     cache_bytes: float = 0.0
     cache_speedup: float = 1.0
+    # bytes/s of a direct read from a peer's memory (process_vm_readv), counted once, at the
+    # reader (fitted by `ringworld calibrate --fit`); 0: half the bandwidth, which counts a
+    # message's bytes at both ends
+    read_rate: float = 0.0
 
 
 class Work(NamedTuple):
@@ -44,11 +48,14 @@ class Work(NamedTuple):
     reduced: float = 0.0
     copied: float = 0.0
     syncs: float = 0.0  # flag barriers over shared memory
+    read: float = 0.0  # bytes the rank reads straight from peers' memory
 
     def time(self, c: Constants) -> float:
         """Predicted seconds under ``c``."""
         t = (self.steps * c.step + self.messages * c.message + self.moved / c.bandwidth
              + self.reduced / c.reduce_rate + self.copied / c.copy_rate)
+        if self.read:
+            t += self.read / (c.read_rate or c.bandwidth / 2)
         return t + self.syncs * c.sync if self.syncs else t
 
 
@@ -159,8 +166,8 @@ def _shm(sync_per_chunk: int, copied: float, reduced: float, per_rank: bool = Fa
 # algorithms.shm's DIRECT_MIN_* (not imported, as above): from these sizes (bytes of the vector;
 # of one block for allgather; of the send buffer for alltoall) a shared-memory collective reads
 # its peers' buffers with one kernel copy (process_vm_readv) instead of going through the
-# windows. Such a read costs what receiving through the transport does: ``bandwidth`` counts
-# bytes sent plus received, so 2 / bandwidth per byte read.
+# windows. Such a read costs 1 / ``read_rate`` per byte; without a fitted rate, what receiving
+# through the transport does (``bandwidth`` counts bytes sent plus received: 2 / bandwidth).
 SHM_DIRECT = {"allreduce": 8 << 20, "bcast": 1 << 20, "allgather": 2 << 20, "alltoall": 4 << 20}
 
 
@@ -176,10 +183,10 @@ def _direct(collective: str, windows: Model) -> Model:
             return windows(p, n, seg)
         f = (p - 1) / p
         if collective == "allreduce":
-            return Work(0, 0, 2 * 2 * f * n, f * n, 0, syncs=3)
+            return Work(0, 0, 0, f * n, 0, syncs=3, read=2 * f * n)
         if collective == "bcast":
-            return Work(0, 0, 2 * f * n, syncs=2)
-        return Work(0, 0, 2 * (p - 1) * n, 0, n, syncs=2)
+            return Work(0, 0, 0, syncs=2, read=f * n)
+        return Work(0, 0, 0, 0, n, syncs=2, read=(p - 1) * n)
     return m
 
 
