@@ -18,8 +18,9 @@ Variables (all optional; the launcher sets the first five for every rank):
 ``RINGWORLD_ALGORITHMS``  forced collective algorithms, e.g. ``allreduce:ring,bcast:binomial``.
 ``RINGWORLD_TUNING_FILE`` a JSON file of cost-model constants from ``ringworld tune`` or
                           ``ringworld calibrate --fit --save``.
-``RINGWORLD_TUNER``       how algorithms are costed: ``formula`` (default: closed forms) or
-                          ``simulate`` (their schedules run through the topology simulator).
+``RINGWORLD_TUNER``       how algorithms are costed: ``simulate`` (default: their schedules run
+                          through the topology simulator, up to 8 ranks) or ``formula``
+                          (closed forms only).
 ``RINGWORLD_BACKEND``     ``native`` (default) or ``mpi`` (run over mpi4py, see
                           :mod:`ringworld.mpibackend`).
 ``RINGWORLD_SECRET_FILE`` a file holding the hex job secret (mode 600), for jobs started by
@@ -65,7 +66,7 @@ class Config(NamedTuple):
     shm_single_copy: bool = True
     algorithms: tuple[tuple[str, str], ...] = ()
     tuning_file: str | None = None
-    tuner: str = "formula"
+    tuner: str = "simulate"
     trace: str | None = None
     liveness_timeout: float = 20.0
     tcp_checksum: bool = False
@@ -184,7 +185,7 @@ def from_env(env: Mapping[str, str] | None = None, *, detect_launcher: bool = Tr
     algorithms = parse_algorithms(e.get("RINGWORLD_ALGORITHMS", ""))
     if eager < 0:
         raise ConfigError(f"RINGWORLD_EAGER_BYTES={eager} must be >= 0")
-    tuner = e.get("RINGWORLD_TUNER", "").strip() or "formula"
+    tuner = e.get("RINGWORLD_TUNER", "").strip() or "simulate"
     if tuner not in ("simulate", "formula"):
         raise ConfigError(f"RINGWORLD_TUNER={tuner!r} must be 'simulate' or 'formula'")
     return Config(

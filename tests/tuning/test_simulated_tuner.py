@@ -106,8 +106,8 @@ def test_job_topology_places_ranks_on_their_hosts() -> None:
 
 def test_tuner_setting_is_read_and_checked() -> None:
     env = {"RINGWORLD_RANK": "0", "RINGWORLD_SIZE": "1"}
-    assert from_env(env).tuner == "formula"
-    assert from_env({**env, "RINGWORLD_TUNER": "simulate"}).tuner == "simulate"
+    assert from_env(env).tuner == "simulate"
+    assert from_env({**env, "RINGWORLD_TUNER": "formula"}).tuner == "formula"
     with pytest.raises(ConfigError, match="RINGWORLD_TUNER"):
         from_env({**env, "RINGWORLD_TUNER": "guess"})
 

@@ -6,11 +6,11 @@ that can run this call (non-commutative ops exclude those that combine out of ra
 uneven blocks exclude those needing equal blocks). :meth:`Selector.explain` returns the whole
 table.
 
-Where the cost comes from: by default (``RINGWORLD_TUNER=formula``) the closed-form models of
-:mod:`ringworld.tuning.cost`; with ``simulate`` (``RINGWORLD_TUNER=simulate``; not yet the
-default, see docs/topology.md, "How the tuner uses this") each algorithm's schedule is run
-through the topology simulator on the job's topology (:mod:`ringworld.topology.tuner`) for
-communicators of 2 to :data:`SIM_MAX_RANKS` ranks, the formulas beyond. Both use the same constants.
+Where the cost comes from: by default (``RINGWORLD_TUNER=simulate``; see docs/topology.md,
+"How the tuner uses this") each algorithm's schedule is run through the topology simulator on
+the job's topology (:mod:`ringworld.topology.tuner`) for communicators of 2 to
+:data:`SIM_MAX_RANKS` ranks, the closed-form models of :mod:`ringworld.tuning.cost` beyond (and
+everywhere with ``RINGWORLD_TUNER=formula``). Both use the same constants.
 """
 
 from __future__ import annotations
