@@ -6,6 +6,14 @@
 and Yama's ptrace_scope not forbidding siblings); callers probe once and fall back to copying
 through shared memory if it fails. Called through ctypes (which releases the GIL): no compiler
 step.
+
+The kernel's copy is slow when the destination runs 1-31 bytes ahead of the source modulo a
+page: 3.7x here (8 MiB: 5.7 ms against 1.5 ms; AMD EPYC). Two numpy arrays allocated one after
+the other from the heap sit exactly 16 bytes (a malloc header) past a multiple of their size
+apart, so a rank reading a peer's send buffer into its own receive buffer hits this in the most
+common pattern. Such copies of at least :data:`STAGE_MIN` bytes go through a private buffer
+placed at the remote side's page offset, in pieces of 1-2 MiB, and a user-space copy (which runs
+at full speed at any skew from about 1 MiB): 8 MiB in 2.1-2.2 ms.
 """
 
 from __future__ import annotations
@@ -13,7 +21,14 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import threading
 from typing import Any
+
+PAGE = 4096
+#: a destination this many bytes or fewer ahead of the source (mod PAGE, excluding 0) is slow
+SLOW_SKEW = 31
+#: copies at least this large and skewed go through the staging buffer, in pieces of 1-2x this
+STAGE_MIN = 1 << 20
 
 
 class _IoVec(ctypes.Structure):
@@ -21,6 +36,8 @@ class _IoVec(ctypes.Structure):
 
 
 _calls: dict[str, Any] = {}
+_stage: ctypes.Array[ctypes.c_char] | None = None
+_stage_lock = threading.Lock()
 
 
 def _load(name: str) -> Any:
@@ -41,7 +58,10 @@ def read(pid: int, remote_addr: int, local_addr: int, nbytes: int) -> None:
     Raises:
         OSError: the read is not permitted, the peer is gone, or the range is unmapped.
     """
-    _copy("process_vm_readv", pid, remote_addr, local_addr, nbytes)
+    if nbytes >= STAGE_MIN and skewed(remote_addr, local_addr):
+        _staged("process_vm_readv", pid, remote_addr, local_addr, nbytes)
+    else:
+        _copy("process_vm_readv", pid, remote_addr, local_addr, nbytes)
 
 
 def write(pid: int, remote_addr: int, local_addr: int, nbytes: int) -> None:
@@ -50,7 +70,36 @@ def write(pid: int, remote_addr: int, local_addr: int, nbytes: int) -> None:
     Raises:
         OSError: the write is not permitted, the peer is gone, or the range is unmapped.
     """
-    _copy("process_vm_writev", pid, remote_addr, local_addr, nbytes)
+    if nbytes >= STAGE_MIN and skewed(local_addr, remote_addr):
+        _staged("process_vm_writev", pid, remote_addr, local_addr, nbytes)
+    else:
+        _copy("process_vm_writev", pid, remote_addr, local_addr, nbytes)
+
+
+def skewed(src: int, dst: int) -> bool:
+    """Whether a kernel copy from ``src`` to ``dst`` runs at the slow skew (see the module)."""
+    return 0 < (dst - src) % PAGE <= SLOW_SKEW
+
+
+def _staged(name: str, pid: int, remote_addr: int, local_addr: int, nbytes: int) -> None:
+    """:func:`_copy` through the staging buffer, placed at the remote side's page offset so
+    that the kernel copies page-aligned, in pieces of STAGE_MIN to 2 * STAGE_MIN bytes."""
+    global _stage
+    pieces = nbytes // STAGE_MIN
+    size = -(-nbytes // pieces)
+    with _stage_lock:
+        if _stage is None:
+            _stage = ctypes.create_string_buffer(2 * STAGE_MIN + PAGE)
+        base = ctypes.addressof(_stage)
+        for k in range(0, nbytes, size):
+            m = min(size, nbytes - k)
+            stage = base + (remote_addr + k - base) % PAGE
+            if name == "process_vm_readv":
+                _copy(name, pid, remote_addr + k, stage, m)
+                ctypes.memmove(local_addr + k, stage, m)
+            else:
+                ctypes.memmove(stage, local_addr + k, m)
+                _copy(name, pid, remote_addr + k, stage, m)
 
 
 def _copy(name: str, pid: int, remote_addr: int, local_addr: int, nbytes: int) -> None:
