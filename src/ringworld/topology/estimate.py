@@ -100,9 +100,14 @@ def schedule_time(net: Network, collective: str, algorithm: str, n: int, itemsiz
 def shm_time(c: Constants, collective: str, p: int, nbytes: float) -> float:
     """Predicted seconds of the shared-memory algorithm (not a message schedule: its formula,
     :data:`ringworld.tuning.cost.SHM_MODELS`) for ``nbytes`` (the vector, or one rank's block
-    for the blocked collectives), with the byte rates sped up by ``c``'s cache model."""
+    for the blocked collectives), with the byte rates sped up by ``c``'s cache model.
+
+    Direct peer reads (``read_rate``) are not sped up: the kernel's copy costs about 0.55 us
+    per 4 KiB page whether the data is cached or not (here 7.2 GB/s at 0.5-2 MiB, where a
+    cached memcpy runs at 18-25 GB/s, and 5.8 GB/s at 8 MiB against memcpy's 8)."""
     f = call_factor(c, collective, p, int(nbytes))
     if f != 1.0:
+        # an unfitted read rate (0) means half the bandwidth before the speed-up
         c = c._replace(bandwidth=c.bandwidth * f, reduce_rate=c.reduce_rate * f,
-                       copy_rate=c.copy_rate * f, read_rate=c.read_rate * f)
+                       copy_rate=c.copy_rate * f, read_rate=c.read_rate or c.bandwidth / 2)
     return predict(collective, "shm", p, nbytes, c)
