@@ -308,7 +308,7 @@ def fit(rows: Sequence[dict[str, float]], start: Constants, nranks: int,
         raise ValueError("fit: every measured time must be positive")
     topo = discover(sysfs, nvidia_smi=lambda: None).topology.with_ranks(nranks)
     if start.read_rate <= 0:  # what 0 means (see Constants), as a value descent can scale
-        start = start._replace(read_rate=start.bandwidth / 2)
+        start = start._replace(read_rate=start.reads)
     errs = _errors(topo, rows, start, nranks)
     before = _score(errs), max(abs(math.exp(e) - 1) for e in errs)
     starts = [start]

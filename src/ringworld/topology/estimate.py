@@ -107,7 +107,6 @@ def shm_time(c: Constants, collective: str, p: int, nbytes: float) -> float:
     cached memcpy runs at 18-25 GB/s, and 5.8 GB/s at 8 MiB against memcpy's 8)."""
     f = call_factor(c, collective, p, int(nbytes))
     if f != 1.0:
-        # an unfitted read rate (0) means half the bandwidth before the speed-up
         c = c._replace(bandwidth=c.bandwidth * f, reduce_rate=c.reduce_rate * f,
-                       copy_rate=c.copy_rate * f, read_rate=c.read_rate or c.bandwidth / 2)
+                       copy_rate=c.copy_rate * f, read_rate=c.reads)
     return predict(collective, "shm", p, nbytes, c)

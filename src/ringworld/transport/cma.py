@@ -13,7 +13,7 @@ the other from the heap sit exactly 16 bytes (a malloc header) past a multiple o
 apart, so a rank reading a peer's send buffer into its own receive buffer hits this in the most
 common pattern. Such copies of at least :data:`STAGE_MIN` bytes go through a private buffer
 placed at the remote side's page offset, in pieces of 1-2 MiB, and a user-space copy (which runs
-at full speed at any skew from about 1 MiB): 8 MiB in 2.1-2.2 ms.
+at full speed at any skew from about 1 MiB): 8 MiB in 2.1-2.4 ms.
 """
 
 from __future__ import annotations

@@ -38,6 +38,11 @@ class Constants(NamedTuple):
     # message's bytes at both ends
     read_rate: float = 0.0
 
+    @property
+    def reads(self) -> float:
+        """The direct-read rate in effect: ``read_rate``, or half the bandwidth if unfitted."""
+        return self.read_rate or self.bandwidth / 2
+
 
 class Work(NamedTuple):
     """What the busiest rank does in one algorithm."""
@@ -55,7 +60,7 @@ class Work(NamedTuple):
         t = (self.steps * c.step + self.messages * c.message + self.moved / c.bandwidth
              + self.reduced / c.reduce_rate + self.copied / c.copy_rate)
         if self.read:
-            t += self.read / (c.read_rate or c.bandwidth / 2)
+            t += self.read / c.reads
         return t + self.syncs * c.sync if self.syncs else t
 
 
