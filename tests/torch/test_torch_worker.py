@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -36,17 +37,17 @@ class FakeRequest:
         return True
 
 
-def test_pending_requests_complete_while_tasks_keep_arriving() -> None:
+@pytest.fixture
+def w() -> Iterator[Worker]:
+    """A worker of the test's own, stopped (its thread joined) afterwards."""
+    worker = Worker()
+    yield worker
+    worker.stop()
+
+
+def test_pending_requests_complete_while_tasks_keep_arriving(w: Worker) -> None:
     """Many short waits on the task queue, interleaved with submissions from another thread:
     the pattern in which a worker sleeping on a queue that never woke up hung a whole job."""
-    w = Worker()
-    try:
-        _run_pattern(w)
-    finally:
-        w.stop()
-
-
-def _run_pattern(w: Worker) -> None:
     finished: list[int] = []
     ran: list[int] = []
     lock = threading.Lock()
@@ -79,15 +80,7 @@ def _run_pattern(w: Worker) -> None:
     assert sorted(finished) == list(range(n)), f"{n - len(finished)} requests never completed"
 
 
-def test_a_request_past_its_deadline_is_cancelled_and_reported() -> None:
-    w = Worker()
-    try:
-        _expire(w)
-    finally:
-        w.stop()
-
-
-def _expire(w: Worker) -> None:
+def test_a_request_past_its_deadline_is_cancelled_and_reported(w: Worker) -> None:
     req = FakeRequest(10**9)
     got: list[BaseException | None] = []
     event = threading.Event()
