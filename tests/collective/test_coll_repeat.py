@@ -1,11 +1,13 @@
-"""A small allreduce repeated on the same arrays skips its checks (the communicator keeps weak
+"""Small collectives repeated on the same arrays skip their checks (the communicator keeps weak
 references to the last call's buffers): the results stay right when the data changes, when the
-arrays' dtype or writability change in place, when the call switches to and from ``IN_PLACE``,
-and when the arrays are freed and new ones take their place."""
+arrays' dtype, shape or writability change in place, when the call switches to and from
+``IN_PLACE``, and when the arrays are freed and new ones take their place. Covers allreduce,
+bcast, allgather, alltoall and reduce_scatter_block."""
 
 from __future__ import annotations
 
 import gc
+import weakref
 
 import numpy as np
 import pytest
@@ -103,3 +105,143 @@ def _repeat(comm: ringworld.Communicator) -> list[str]:
 def test_repeated_small_allreduce(size: int) -> None:
     results = run_processes(size, _repeat, transport="shm", timeout=60)
     assert [e for errs in results for e in errs] == []
+
+
+def _others(comm: ringworld.Communicator) -> list[str]:
+    """bcast, allgather, alltoall and reduce_scatter_block, each repeated on the same arrays."""
+    p, r = comm.size, comm.rank
+    errors: list[str] = []
+    n = 6
+    ar = np.arange(p * n)
+    buf = np.empty(p * n, dtype=np.int64)
+    send = np.empty(p * n, dtype=np.int64)
+    recv = np.empty(p * n, dtype=np.int64)
+    out = np.empty(n, dtype=np.int64)
+    for k in range(6):
+        root = k % p if k >= 3 else 0  # repeats with one root, then the root changes each call
+        buf[:] = ar * 3 + root * 100 + k if r == root else -1
+        comm.bcast(buf, root)
+        bcast_algo = comm.last_algorithm
+        if not np.array_equal(buf, ar * 3 + root * 100 + k):
+            errors.append(f"bcast {k} root {root}: {buf}")
+        send[:n] = np.arange(n) * 5 + r * 1000 + k
+        comm.allgather(send[:n], recv)  # a new view each call: checked every time
+        want = np.concatenate([np.arange(n) * 5 + i * 1000 + k for i in range(p)])
+        if not np.array_equal(recv, want):
+            errors.append(f"allgather (views) {k}: {recv}")
+        mine = send[:n].copy()
+        for j in range(3):
+            mine[:] = np.arange(n) * 5 + r * 1000 + k + j
+            comm.allgather(mine, recv)
+            if not np.array_equal(recv, want + j):
+                errors.append(f"allgather {k}.{j}: {recv}")
+        send[:] = ar * 7 + r * 1000 + k  # block j goes to rank j
+        comm.alltoall(send, recv)
+        want = np.concatenate([np.arange(r * n, (r + 1) * n) * 7 + i * 1000 + k
+                               for i in range(p)])
+        if not np.array_equal(recv, want):
+            errors.append(f"alltoall {k}: {recv}")
+        comm.reduce_scatter_block(send, out)
+        want = sum(np.arange(r * n, (r + 1) * n) * 7 + i * 1000 + k for i in range(p))
+        if not np.array_equal(out, want):
+            errors.append(f"reduce_scatter_block {k}: {out}")
+        comm.reduce_scatter_block(send, out, ringworld.MAX)
+        if not np.array_equal(out, np.arange(r * n, (r + 1) * n) * 7 + (p - 1) * 1000 + k):
+            errors.append(f"reduce_scatter_block max {k}: {out}")
+    if p > 1 and comm.last_algorithm != "shm":
+        errors.append(f"small reduce_scatter_block ran {comm.last_algorithm}, not shm")
+    # the repeats took the short path (bcast only where shared memory won: on a crowded host
+    # small broadcasts go by tree)
+    kept = sorted(comm._repeat) if p > 1 else []
+    want_kept = ["allgather", "alltoall", "reduce_scatter_block"]
+    if bcast_algo == "shm":
+        want_kept.insert(2, "bcast")
+    if p > 1 and kept != want_kept:
+        errors.append(f"calls kept for repeating: {kept}, expected {want_kept}")
+    # dtypes reassigned in place: the float64 values must come through as float64
+    for a in (buf, send, recv):
+        a.dtype = np.float64
+    send[:] = ar * 0.25 + r
+    comm.alltoall(send, recv)
+    want_f = np.concatenate([np.arange(r * n, (r + 1) * n) * 0.25 + i for i in range(p)])
+    if not np.array_equal(recv, want_f):
+        errors.append(f"alltoall after a dtype change: {recv}")
+    # a shape changed in place: 2-D arrays take the checked path
+    send.shape = (p, n)
+    recv.shape = (p, n)
+    comm.alltoall(send, recv)
+    if not np.array_equal(recv.ravel(), want_f):
+        errors.append(f"alltoall 2-D: {recv}")
+    send.shape = recv.shape = (p * n,)
+    # read-only on a receiving rank: a clear error before anything is sent (the root, which
+    # would wait for it, does not call)
+    if r != 0:
+        buf.flags.writeable = False
+        try:
+            comm.bcast(buf, 0)
+            errors.append("bcast into a read-only buffer was accepted")
+        except TypeError as exc:
+            if "read-only" not in str(exc):
+                errors.append(f"read-only bcast error does not say so: {exc}")
+    # the communicator keeps no user array alive
+    tmp_in, tmp_out = np.arange(n) + r, np.empty(p * n, dtype=np.int64)
+    for _ in range(2):
+        comm.allgather(tmp_in, tmp_out)
+    gone = [weakref.ref(tmp_in), weakref.ref(tmp_out)]
+    del tmp_in, tmp_out
+    gc.collect()
+    if any(w() is not None for w in gone):
+        errors.append("a repeated allgather kept its arrays alive")
+    # freed: a repeated call raises
+    dup = comm.dup()
+    a, b = np.arange(n) + r, np.empty(p * n, dtype=np.int64)
+    for _ in range(2):
+        dup.allgather(a, b)
+    dup.free()
+    try:
+        dup.allgather(a, b)
+        errors.append("a freed communicator ran a repeated allgather")
+    except ringworld.CommError as exc:
+        if "freed" not in str(exc):
+            errors.append(f"freed error does not say so: {exc}")
+    return errors
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 5])
+def test_repeated_small_collectives(size: int) -> None:
+    results = run_processes(size, _others, transport="shm", timeout=60)
+    assert [e for errs in results for e in errs] == []
+
+
+def _mismatch(comm: ringworld.Communicator) -> str:
+    """Rank 0 repeats an allgather on the same arrays; rank 1 then calls it with a longer block."""
+    n = 4 if comm.rank == 0 else 5
+    send, recv = np.arange(n, dtype=np.float32), np.empty(2 * n, dtype=np.float32)
+    if comm.rank == 0:
+        for _ in range(2):
+            comm.allgather(send, recv)
+    else:
+        s4, r4 = np.arange(4, dtype=np.float32), np.empty(8, dtype=np.float32)
+        for _ in range(2):
+            comm.allgather(s4, r4)
+    try:
+        comm.allgather(send, recv, timeout=20)
+        return "no error"
+    except ringworld.MismatchError as exc:
+        first = str(exc)
+    # the same arrays again on both ranks, then rank 0 reinterprets its arrays as float64
+    a, b = np.arange(4, dtype=np.int64), np.empty(8, dtype=np.int64)
+    for _ in range(2):
+        comm.allgather(a, b)
+    if comm.rank == 0:
+        a.dtype = b.dtype = np.float64
+    try:
+        comm.allgather(a, b, timeout=20)
+        return "no error after a dtype change"
+    except ringworld.MismatchError as exc:
+        return f"{first} / {exc}"
+
+
+def test_a_repeated_call_still_detects_a_mismatch() -> None:
+    results = run_processes(2, _mismatch, transport="shm", timeout=60)
+    assert all(r.count("differently") + r.count("expect") == 2 for r in results), results

@@ -74,6 +74,9 @@ class Communicator(ObjectCollectives):
         # the last small allreduce's (weak refs to sendbuf and recvbuf, op, dtype, plan): a
         # loop repeating one call skips the checks (weak, so no user buffer is kept alive)
         self._last_small: tuple[Any, Any, Any, Any, Op, tuple[int, int, str]] | None = None
+        # per collective, the last small shared-memory call's (weak refs to its arrays, root or
+        # op, dtype, signature): see _again
+        self._repeat: dict[str, tuple[Any, Any, Any, Any, tuple[int, int, str]]] = {}
         self._ndarray: Any = None  # numpy's ndarray, once the arena has loaded numpy
         self._agree_round = 0  # agreements (agree, shrink) made on this communicator
         self._hier: tuple[Self, Self | None] | None = None  # (host comm, leaders comm)
@@ -180,6 +183,34 @@ class Communicator(ObjectCollectives):
             self._engine.signatures[found] = text
         return found
 
+    def _again(self, coll: str, sb: Any, rb: Any, extra: Any) -> tuple[int, int, str] | None:
+        """The shared-memory signature of the last small ``coll`` if this call repeats it, else
+        None: the same array objects (still 1-D, same dtype, ``rb`` still writable) and the same
+        ``extra`` (root or op). A repeated call then skips the checks and the algorithm choice,
+        which cost more than the copies at these sizes. Cost: a few attribute reads.
+
+        Raises:
+            CommError / CommRevoked: the communicator was freed or revoked.
+        """
+        last = self._repeat.get(coll)
+        if (last is None or last[0]() is not sb or last[1]() is not rb or last[2] != extra
+                or sb.dtype is not last[3] or rb.dtype is not last[3] or sb.ndim != 1
+                or rb.ndim != 1 or not rb.flags.writeable):
+            return None
+        self._check_open()
+        self.last_algorithm = "shm"
+        sig: tuple[int, int, str] = last[4]
+        return sig
+
+    def _keep(self, coll: str, sendbuf: Any, recvbuf: Any, sb: Array, rb: Array, extra: Any,
+              nbytes: int, kind: tuple[Any, ...]) -> None:
+        """Remember a small shared-memory call made on the user's own 1-D arrays for
+        :meth:`_again` (weakly: no user array is kept alive)."""
+        if (sb is sendbuf and rb is recvbuf and sb.nbytes <= shm.SMALL
+                and rb.nbytes <= shm.SMALL * self.size and self._arena is not None):
+            sig = self._arena.signature(coll, nbytes, kind)
+            self._repeat[coll] = (weakref.ref(sb), weakref.ref(rb), extra, rb.dtype, sig)
+
     def _op(self, op: OpLike, *bufs: Array) -> Op:
         for b in bufs:
             if b.size:
@@ -247,6 +278,9 @@ class Communicator(ObjectCollectives):
             TypeError / ValueError: bad ``buf``, ``root`` or ``algorithm``.
             Timeout, PeerFailure, TruncationError (ranks disagree on the size).
         """
+        if algorithm is None and (sig := self._again("bcast", buf, buf, root)) is not None:
+            shm.bcast(self._shm("bcast", timeout, sig=sig), buf, root)
+            return
         self._bcast(buf, root, algorithm, True, timeout)
 
     def ibcast(self, buf: Any, root: int = 0, *, algorithm: str | None = None) -> Request[None]:
@@ -260,6 +294,7 @@ class Communicator(ObjectCollectives):
         algo = self._choose("bcast", a.nbytes, algorithm, blocking=blocking)
         if algo == "shm":
             shm.bcast(self._shm("bcast", timeout, a.nbytes, (root,)), a, root)
+            self._keep("bcast", buf, buf, a, a, root, a.nbytes, (root,))
             return CompletedRequest(self._engine, None)
         seg = max(1, self.selector.segment_bytes // max(1, a.itemsize))
         return self._go("bcast", algo, Spec(self.size, self.rank, a.size, root, segment=seg),
@@ -503,6 +538,11 @@ class Communicator(ObjectCollectives):
         Raises:
             TypeError / ValueError, Timeout, PeerFailure, TruncationError.
         """
+        if (algorithm is None and (sig := self._again("reduce_scatter_block", sendbuf, recvbuf,
+                                                      op)) is not None):
+            shm.reduce_scatter_block(self._shm("reduce_scatter_block", timeout, sig=sig),
+                                     sendbuf, recvbuf, self._op(op, sendbuf))
+            return
         self._reduce_scatter(sendbuf, recvbuf, None, op, algorithm, True, timeout)
 
     def ireduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: OpLike = ops.SUM, *,
@@ -555,6 +595,8 @@ class Communicator(ObjectCollectives):
         if algo == "shm":
             kind = (sb.dtype, o.name)
             shm.reduce_scatter_block(self._shm(coll, timeout, sb.nbytes, kind), sb, out, o)
+            if finish is None and counts is None:
+                self._keep(coll, sendbuf, recvbuf, sb, rb, op, sb.nbytes, kind)
             if finish is not None:
                 finish()
             return CompletedRequest(self._engine, None)
@@ -759,6 +801,10 @@ class Communicator(ObjectCollectives):
         Raises:
             TypeError / ValueError, Timeout, PeerFailure, TruncationError.
         """
+        if (algorithm is None
+                and (sig := self._again("allgather", sendbuf, recvbuf, None)) is not None):
+            shm.allgather(self._shm("allgather", timeout, sig=sig), sendbuf, recvbuf)
+            return
         self._allgather(sendbuf, recvbuf, None, None, algorithm, True, timeout)
 
     def iallgather(self, sendbuf: Any, recvbuf: Any, *,
@@ -805,6 +851,8 @@ class Communicator(ObjectCollectives):
         algo = self._choose(coll, sb.nbytes, algorithm, equal_blocks=equal, blocking=blocking)
         if algo == "shm":
             shm.allgather(self._shm(coll, timeout, rb.nbytes, (rb.dtype,)), sb, rb)
+            if counts is None:
+                self._keep(coll, sendbuf, recvbuf, sb, rb, None, rb.nbytes, (rb.dtype,))
             return CompletedRequest(self._engine, None)
         return self._go(coll, algo, spec, [sb, rb], None, blocking, timeout)
 
@@ -816,6 +864,10 @@ class Communicator(ObjectCollectives):
         Raises:
             TypeError / ValueError, Timeout, PeerFailure, TruncationError.
         """
+        if (algorithm is None
+                and (sig := self._again("alltoall", sendbuf, recvbuf, None)) is not None):
+            shm.alltoall(self._shm("alltoall", timeout, sig=sig), sendbuf, recvbuf)
+            return
         self._alltoall(sendbuf, recvbuf, algorithm, True, timeout)
 
     def ialltoall(self, sendbuf: Any, recvbuf: Any, *,
@@ -835,6 +887,7 @@ class Communicator(ObjectCollectives):
         if algo == "shm":
             kind = (rb.dtype,)
             shm.alltoall(self._shm("alltoall", timeout, rb.nbytes, kind), sb, rb)
+            self._keep("alltoall", sendbuf, recvbuf, sb, rb, None, rb.nbytes, kind)
             return CompletedRequest(self._engine, None)
         return self._go("alltoall", algo, Spec(p, r, n), [sb, rb], None, blocking, timeout)
 
@@ -1065,7 +1118,8 @@ class Communicator(ObjectCollectives):
         """
         self._freed = True
         self._scratch = None
-        self._last_small = None  # the repeated small allreduce would reach the windows directly
+        self._last_small = None  # the repeated small calls would reach the windows directly
+        self._repeat.clear()
         if self._arena is not None:
             self._arena = None
             self.unmap_shared("arena")
