@@ -91,6 +91,7 @@ def test_direct_reads(size: int, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(shm, "DIRECT_MIN_BCAST", 4096)  # inherited by the forked ranks
     monkeypatch.setattr(shm, "DIRECT_MIN_ALLTOALL", 4096)
     monkeypatch.setattr(shm, "DIRECT_MIN_ALLGATHER", 4096)
+    monkeypatch.setattr(shm, "GATHER_PIECE", 4100)  # blocks of 40 KB go in 10 uneven pieces
     monkeypatch.setattr(shm, "DIRECT_MIN_ALLREDUCE", 4096)
     results = run_processes(size, _direct, transport="shm", timeout=60)
     assert [e for errs in results for e in errs] == []

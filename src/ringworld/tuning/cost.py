@@ -170,17 +170,18 @@ def _shm(sync_per_chunk: int, copied: float, reduced: float, per_rank: bool = Fa
 
 # algorithms.shm's DIRECT_MIN_* (not imported, as above): from these sizes (bytes of the vector;
 # of one block for allgather; of the send buffer for alltoall) a shared-memory collective reads
-# its peers' buffers with one kernel copy (process_vm_readv) instead of going through the
-# windows. Such a read costs 1 / ``read_rate`` per byte; without a fitted rate, what receiving
-# through the transport does (``bandwidth`` counts bytes sent plus received: 2 / bandwidth).
+# its peers' buffers with one kernel copy (process_vm_readv; allgather writes them instead,
+# process_vm_writev, at the same rate) instead of going through the windows. Such a copy costs
+# 1 / ``read_rate`` per byte; without a fitted rate, what receiving through the transport does
+# (``bandwidth`` counts bytes sent plus received: 2 / bandwidth).
 SHM_DIRECT = {"allreduce": 8 << 20, "bcast": 1 << 20, "allgather": 2 << 20, "alltoall": 4 << 20}
 
 
 def _direct(collective: str, windows: Model) -> Model:
     """``windows`` below the direct-read size of ``collective``; above it, the direct reads:
     allreduce reads (p-1)/p of the others' inputs and then of their results (3 syncs); bcast
-    moves (p-1)/p of the vector (root writing, others reading at once); allgather and
-    alltoall read p-1 blocks and copy their own."""
+    moves (p-1)/p of the vector (root writing, others reading at once); allgather writes its
+    block into p-1 peers and alltoall reads p-1 blocks, and both copy their own."""
     limit = SHM_DIRECT[collective]
 
     def m(p: int, n: float, seg: int) -> Work:
