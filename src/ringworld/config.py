@@ -46,6 +46,7 @@ from ringworld.auth import is_loopback
 from ringworld.errors import ConfigError
 
 TRANSPORTS = ("auto", "shm", "tcp")
+DEFAULT_EAGER_BYTES = 131072  # RINGWORLD_EAGER_BYTES when unset
 BACKENDS = ("native", "mpi")
 
 
@@ -180,7 +181,7 @@ def from_env(env: Mapping[str, str] | None = None, *, detect_launcher: bool = Tr
     if store_addr is not None and not secret:
         raise ConfigError("RINGWORLD_STORE is set but no job secret was given "
                           "(RINGWORLD_SECRET_FD or RINGWORLD_SECRET)")
-    eager = _int(e, "RINGWORLD_EAGER_BYTES", 131072)
+    eager = _int(e, "RINGWORLD_EAGER_BYTES", DEFAULT_EAGER_BYTES)
     assert eager is not None
     algorithms = parse_algorithms(e.get("RINGWORLD_ALGORITHMS", ""))
     if eager < 0:

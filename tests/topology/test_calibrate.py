@@ -138,6 +138,24 @@ def test_fit_finds_the_rate_of_direct_reads_apart_from_the_bandwidth() -> None:
     assert f.constants.read_rate == pytest.approx(1e9, rel=0.15)
 
 
+def test_fit_finds_the_rendezvous_cost_apart_from_the_step() -> None:
+    """Messages above the eager limit pay a handshake; with one of 60 us in the times (and none
+    assumed), the fit finds it, and the step cost, from calls with small and large messages."""
+    true = Constants(step=30e-6, message=8e-6, bandwidth=4e9, reduce_rate=3e9, copy_rate=5e9,
+                     sync=8e-6, read_rate=2e9, rendezvous=60e-6)
+    topo = calibrate.local_topology(nranks=2, constants=true)
+    rows = [{"collective": coll, "algorithm": algo, "bytes": nb,
+             "seconds": calibrate.predict_row(topo, true, coll, algo, nb, 2)}
+            for coll, algo in [("allreduce", "ring"), ("allreduce", "recursive_doubling"),
+                               ("bcast", "binomial"), ("allgather", "ring")]
+            for nb in (16 << 10, 64 << 10, 1 << 20, 4 << 20)]
+    f = calibrate.fit(rows, true._replace(rendezvous=0.0), 2)
+    assert f.worst_before > 0.1  # the 1 MiB calls, predicted without their handshakes
+    assert f.worst_after < 0.1
+    assert f.constants.rendezvous == pytest.approx(60e-6, rel=0.25)
+    assert f.constants.step == pytest.approx(30e-6, rel=0.25)
+
+
 def test_calibrate_command_fits_saves_and_compares(tmp_path) -> None:
     path = tmp_path / "fit.json"
     proc = subprocess.run([sys.executable, "-m", "ringworld", "calibrate", "--fit", "--save",

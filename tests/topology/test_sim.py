@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -130,6 +131,30 @@ def test_events_and_lockstep_agree_on_a_ring() -> None:
     ls = run_lockstep(net, progs)
     assert ls.time == pytest.approx(ev.time, rel=0.05)
     assert ls.messages == ev.messages and ls.nbytes == ev.nbytes
+
+
+def test_messages_above_the_eager_limit_pay_the_rendezvous() -> None:
+    """A message of more than the sender's ``eager`` bytes arrives ``rendezvous`` later, in
+    both executors; one of exactly ``eager`` bytes does not."""
+    p, rdv = 64, 40e-6
+    base = presets.cluster(16, 4)
+    gpu = next(d for d in base.devices if d.kind == "gpu").params()
+    assert gpu.rendezvous == 0.0  # the built-in constants carry none
+    slow = Network(base.with_params("gpu", replace(gpu, rendezvous=rdv, eager=4096)))
+    plain = Network(base)
+    for per_block, extra in ((1024, 0.0), (1025, 2 * (p - 1) * rdv)):  # float32: 4096, 4100 B
+        n = p * per_block
+
+        def ring(r: int, n: int = n) -> Schedule:
+            return registry.build("allreduce", "ring", Spec(p, r, n))
+
+        rot = Programs.rotational(ring, p, 4)
+        assert rot is not None
+        exp = Programs.explicit(ring, p, 4)
+        assert run_lockstep(slow, rot).time - run_lockstep(plain, rot).time == pytest.approx(
+            extra, abs=1e-9)
+        assert run_events(slow, exp).time - run_events(plain, exp).time == pytest.approx(
+            extra, rel=0.02, abs=1e-9)
 
 
 def test_rotation_is_refused_for_trees_and_uneven_blocks() -> None:

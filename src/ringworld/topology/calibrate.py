@@ -255,9 +255,9 @@ def compare_rows(rows: Sequence[dict[str, float]], nranks: int,
     return out
 
 
-# what fit adjusts: the six rates and latencies, and the cache model (see cache_factor)
+# what fit adjusts: the rates and latencies, and the cache model (see cache_factor)
 FIELDS = ("step", "message", "bandwidth", "reduce_rate", "copy_rate", "read_rate",
-          "cache_bytes", "cache_speedup")
+          "rendezvous", "cache_bytes", "cache_speedup")
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,7 +299,7 @@ def fit(rows: Sequence[dict[str, float]], start: Constants, nranks: int,
 
     Raises:
         ValueError: no rows, or a row with a non-positive time.
-    Cost: up to 3 starts x rounds x 8 constants x 4 factors simulations of every row (a few
+    Cost: up to 3 starts x rounds x 9 constants x 4 factors simulations of every row (a few
     ms each): seconds for a few dozen rows.
     """
     if not rows:
@@ -307,10 +307,12 @@ def fit(rows: Sequence[dict[str, float]], start: Constants, nranks: int,
     if any(float(r["seconds"]) <= 0 for r in rows):
         raise ValueError("fit: every measured time must be positive")
     topo = discover(sysfs, nvidia_smi=lambda: None).topology.with_ranks(nranks)
-    if start.read_rate <= 0:  # what 0 means (see Constants), as a value descent can scale
-        start = start._replace(read_rate=start.reads)
     errs = _errors(topo, rows, start, nranks)
     before = _score(errs), max(abs(math.exp(e) - 1) for e in errs)
+    if start.read_rate <= 0:  # what 0 means (see Constants), as a value descent can scale
+        start = start._replace(read_rate=start.reads)
+    if start.rendezvous <= 0:  # a value to scale from (descent can take it down 6x and more)
+        start = start._replace(rendezvous=start.step / 4)
     starts = [start]
     if start.cache_bytes <= 0:  # coordinate descent cannot find the cache's step by itself
         llc = float(_cache_size(sysfs))

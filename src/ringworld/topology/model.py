@@ -15,8 +15,8 @@ Device kinds: ``host`` (a whole machine seen as one node), ``cpu`` (a socket or 
 ``core``, ``gpu``, ``nic``, ``pcie`` (a PCIe switch or root complex), ``nvswitch`` and
 ``switch`` (a network switch). Ranks live on ``core`` and ``gpu`` devices, which never forward
 other devices' traffic. A device may carry the simulator's per-rank constants (``overhead``,
-``message``, ``engine``, ``reduce_rate``, ``copy_rate``); unset ones come from
-:data:`KIND_PARAMS`.
+``message``, ``engine``, ``reduce_rate``, ``copy_rate``, ``rendezvous``, ``eager``); unset ones
+come from :data:`KIND_PARAMS`.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from ringworld.config import DEFAULT_EAGER_BYTES
 from ringworld.tuning.constants import DEFAULTS
 from ringworld.tuning.cost import Constants
 
@@ -50,7 +51,9 @@ class Params:
     ``overhead``: seconds before a step's messages are posted (software, kernel launch);
     ``message``: seconds per extra message in a step; ``engine``: bytes/s the device can send
     plus receive in total (``inf``: limited by links only; a CPU rank copies every byte it
-    moves through shared memory itself); ``reduce_rate``/``copy_rate``: bytes/s of local work.
+    moves through shared memory itself); ``reduce_rate``/``copy_rate``: bytes/s of local work;
+    ``rendezvous``: seconds added to a message of more than ``eager`` bytes (the handshake of a
+    large message), charged by its sender's constants.
     """
 
     overhead: float
@@ -58,6 +61,8 @@ class Params:
     engine: float
     reduce_rate: float
     copy_rate: float
+    rendezvous: float = 0.0
+    eager: float = math.inf
 
 
 def core_params(c: Constants) -> Params:
@@ -67,8 +72,11 @@ def core_params(c: Constants) -> Params:
     simulator charges a transfer to the receiver's engine only (the receiver copies the bytes
     out of the sender's memory), so the engine's rate is what a rank receives: half of it.
     """
-    return Params(c.step, c.message, c.bandwidth / 2, c.reduce_rate, c.copy_rate)
+    return Params(c.step, c.message, c.bandwidth / 2, c.reduce_rate, c.copy_rate,
+                  c.rendezvous, DEFAULT_EAGER_BYTES)
 
+
+PARAM_FIELDS = tuple(f.name for f in fields(Params))
 
 KIND_PARAMS: dict[str, Params] = {
     # a Python rank on a CPU core: the measured shared-memory constants (tuning/constants.py)
@@ -91,14 +99,14 @@ class Device:
     engine: float | None = None
     reduce_rate: float | None = None
     copy_rate: float | None = None
+    rendezvous: float | None = None
+    eager: float | None = None
 
     def params(self) -> Params:
         """This device's simulator constants (its own, else its kind's, else a core's)."""
         base = KIND_PARAMS.get(self.kind, KIND_PARAMS["core"])
-        return Params(*(base_v if own is None else own for own, base_v in zip(
-            (self.overhead, self.message, self.engine, self.reduce_rate, self.copy_rate),
-            (base.overhead, base.message, base.engine, base.reduce_rate, base.copy_rate),
-            strict=True)))
+        own = {n: getattr(self, n) for n in PARAM_FIELDS}
+        return replace(base, **{n: v for n, v in own.items() if v is not None})
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,10 +206,8 @@ class Topology:
 
     def with_params(self, kind: str, params: Params) -> Topology:
         """A copy where every device of ``kind`` carries ``params`` (e.g. calibrated ones)."""
-        devices = tuple(replace(d, overhead=params.overhead, message=params.message,
-                                engine=params.engine, reduce_rate=params.reduce_rate,
-                                copy_rate=params.copy_rate) if d.kind == kind else d
-                        for d in self.devices)
+        devices = tuple(replace(d, **{n: getattr(params, n) for n in PARAM_FIELDS})
+                        if d.kind == kind else d for d in self.devices)
         return replace(self, devices=devices)
 
     def summary(self) -> str:

@@ -8,7 +8,9 @@ flow; when all have arrived the rank runs its reductions (``reduce_rate``) and c
 posted (rendezvous; the k-th send from a to b meets b's k-th receive from a, as on the real
 transports) and moves as a fluid over its route: every resource it crosses (a link direction,
 or the half-duplex engine of a CPU rank) is shared equally by the messages on it at that moment,
-its rate is the smallest share, and it arrives the route's latency after its last byte left.
+its rate is the smallest share, and it arrives the route's latency after its last byte left
+(plus the sender's ``rendezvous`` if it is larger than the sender's ``eager`` limit: the
+handshake of a large message).
 
 Two executors walk the same programs (:mod:`ringworld.topology.program`):
 
@@ -67,6 +69,8 @@ class Network:
         self.message = np.array([x.message for x in params])
         self.reduce_rate = np.array([x.reduce_rate for x in params])
         self.copy_rate = np.array([x.copy_rate for x in params])
+        self.rendezvous = np.array([x.rendezvous for x in params])
+        self.eager = np.array([x.eager for x in params])
         self.capacity = self.router.capacity
         self._routes: dict[tuple[int, int], Route] = {}
         self._offsets: dict[int, tuple[Any, Any, Any, Any]] = {}
@@ -197,7 +201,7 @@ def run_events(net: Network, progs: Programs, record: bool = False) -> SimResult
         f_rem.append(float(nbytes))
         f_rate.append(0.0)
         f_last.append(now)
-        f_lat.append(rt.latency)
+        f_lat.append(rt.latency + (net.rendezvous[a] if nbytes > net.eager[a] else 0.0))
         f_ver.append(0)
         f_start.append(now)
         res = tuple(x for x in rt.resources if math.isfinite(cap[x]))
@@ -313,9 +317,10 @@ def run_lockstep(net: Network, progs: Programs) -> SimResult:
                 np.maximum(peak, counts.astype(np.int64), out=peak)
                 durs = []
                 carried = np.zeros(len(cap))
-                for (_, b), (ids, _starts, owner, lat) in zip(sig, parts, strict=True):
+                for (_, b), (ids, _starts, owner, route_lat) in zip(sig, parts, strict=True):
+                    lat = route_lat + np.where(b > net.eager, net.rendezvous, 0.0)  # sender's
                     if b == 0 or ids.size == 0:
-                        durs.append(lat.copy())
+                        durs.append(lat)
                         continue
                     share = cap[ids] / counts[ids]
                     rate = np.full(p, np.inf)

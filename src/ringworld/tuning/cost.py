@@ -37,6 +37,10 @@ class Constants(NamedTuple):
     # reader (fitted by `ringworld calibrate --fit`); 0: half the bandwidth, which counts a
     # message's bytes at both ends
     read_rate: float = 0.0
+    # s: what a message above the eager limit costs on top of its bytes (the receiver learns of
+    # it, reads it from the sender, and tells the sender it is done: a round trip the eager
+    # protocol does not make); the simulator's (fitted by `ringworld calibrate --fit`)
+    rendezvous: float = 0.0
 
     @property
     def reads(self) -> float:
