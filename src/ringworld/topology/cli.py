@@ -109,9 +109,16 @@ def run_plan(args: argparse.Namespace) -> int:
 
 
 def _constants_line(c: Constants) -> str:
-    return (f"  step {c.step * 1e6:.1f} us  message {c.message * 1e6:.1f} us  bandwidth "
+    line = (f"  step {c.step * 1e6:.1f} us  message {c.message * 1e6:.1f} us  bandwidth "
             f"{c.bandwidth / 1e9:.2f} GB/s  reduce {c.reduce_rate / 1e9:.2f} GB/s  copy "
             f"{c.copy_rate / 1e9:.2f} GB/s")
+    if c.read_rate > 0:  # the constants a fit adds (unset in measured ones)
+        line += f"  read {c.read_rate / 1e9:.2f} GB/s"
+    if c.rendezvous > 0:
+        line += f"  rendezvous {c.rendezvous * 1e6:.1f} us"
+    if c.cache_bytes > 0:
+        line += f"  cache {c.cache_bytes / 2**20:.3g} MiB x{c.cache_speedup:.2f}"
+    return line
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
