@@ -89,8 +89,9 @@ def _direct(comm: ringworld.Communicator) -> list[str]:
 @pytest.mark.parametrize("size", [2, 3, 5])
 def test_direct_reads(size: int, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(shm, "DIRECT_MIN_BCAST", 4096)  # inherited by the forked ranks
-    monkeypatch.setattr(shm, "DIRECT_MIN_ALLTOALL", 4096)
-    monkeypatch.setattr(shm, "DIRECT_MIN_ALLGATHER", 4096)
+    for name in ("DIRECT_MIN_ALLTOALL", "DIRECT_MIN_ALLGATHER", "DIRECT_MIN_ALLTOALL_CROWDED",
+                 "DIRECT_MIN_ALLGATHER_CROWDED"):  # 3 and 5 ranks share this machine's cores
+        monkeypatch.setattr(shm, name, 4096)
     monkeypatch.setattr(shm, "GATHER_PIECE", 4100)  # blocks of 40 KB go in 10 uneven pieces
     monkeypatch.setattr(shm, "DIRECT_MIN_ALLREDUCE", 4096)
     results = run_processes(size, _direct, transport="shm", timeout=60)

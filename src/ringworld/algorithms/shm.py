@@ -26,11 +26,12 @@ area 0 is written only before a collective's first sync and read only before its
 is written only after its first sync.
 
 Large copy-only transfers (alltoall from DIRECT_MIN_ALLTOALL bytes per rank, allgather blocks
-from DIRECT_MIN_ALLGATHER, bcast from DIRECT_MIN_BCAST bytes) skip the windows when the kernel lets
-ranks read and write each other's memory (probed once, agreed by all): each rank publishes its
-buffer's address, and peers copy straight out of it (one copy instead of two), with a sync
-before anyone may touch its buffer again; in an allgather each rank instead writes its block into
-the others' buffers, a piece at a time just after copying it into its own. Allreduce from
+from DIRECT_MIN_ALLGATHER, larger where ranks share cores; bcast from DIRECT_MIN_BCAST bytes)
+skip the windows when the kernel lets ranks read and write each other's memory (probed once,
+agreed by all): each rank publishes its buffer's address, and peers copy straight out of it
+(one copy instead of two), with a sync before anyone may touch its buffer again; in an
+allgather each rank instead writes its block into the others' buffers, a piece at a time just
+after copying it into its own. Allreduce from
 DIRECT_MIN_ALLREDUCE bytes reads its slice of the others' inputs the same way, then the others'
 results. In a broadcast the root, which would be idle, writes the first 1/p of the data into
 every other rank's buffer while they read the rest. Other broadcasts stream (see ``_stream``):
@@ -70,16 +71,22 @@ MAX_RANKS = HEADER // 8 - 64  # one header word per peer (consumed counters from
 # below two in-cache copies for smaller blocks but ahead once blocks leave the cache.
 PIECE = 1 << 18  # streamed broadcasts move pieces this large (they stay in cache)
 # alltoall, bytes per rank: below this the windows' three in-cache copies beat one copy plus a
-# direct read (np=2: 1 MiB 104-121 us against 127-161, 2 MiB 173-216 against 226-258, 4 MiB a
-# tie; np=4: 1 MiB 0.56 ms against 0.74, 4 MiB 2.9 ms against 2.5, 16 MiB 13.0 against 9.4)
-DIRECT_MIN_ALLTOALL = 4 << 20
+# direct read. Where ranks have cores of their own that is 1 MiB: the windows' copies between
+# cores ran 2-3x slower in most jobs on the reference VM (np=2, 1 MiB: windows 280-311 us in
+# four jobs of five and 102 in the fifth, direct reads 140-162 in all five). Ranks that share
+# cores copy at one core's speed either way: np=4 on 2 cores, 1 MiB 0.49-0.75 ms against
+# 0.61-0.72, 4 MiB 3.0-3.5 ms against 2.2-2.5.
+DIRECT_MIN_ALLTOALL = 1 << 20
+DIRECT_MIN_ALLTOALL_CROWDED = 4 << 20
 # bcast: the root writes 1/p of the data into each other rank while they read the rest, so both
 # sides copy at once; that beat the streamed broadcast from 1 MiB up, np=2 and np=4 (np=2:
 # 1 MiB 0.11 ms against 0.12, 16 MiB 2.1-2.6 ms against 2.8-3.9, 64 MiB 9.1-10.3 against 11-14)
 DIRECT_MIN_BCAST = 1 << 20
-# allgather: from 2 MiB blocks the windows' three copies per block (in, own, out) leave the cache
-# and direct reads win (16 MiB np=2: 3.8 ms against 5.4-5.6 ms; 4 MiB: 0.49 ms against 0.73-0.79)
-DIRECT_MIN_ALLGATHER = 2 << 20
+# allgather, bytes per block: as alltoall (np=2, 1 MiB: windows 283-310 us in four jobs of five
+# and 107 in the fifth, direct 148-185); on shared cores from 2 MiB blocks (np=4 on 2 cores,
+# 2 MiB: windows 0.70-0.97 ms against 0.89-1.23, 4 MiB 2.0-2.4 against 2.0-2.1)
+DIRECT_MIN_ALLGATHER = 512 << 10
+DIRECT_MIN_ALLGATHER_CROWDED = 2 << 20
 # the pieces of a direct allgather: small enough to stay in the shared L3 between the copy to the
 # rank's own recv and the writes to the others' (np=2, 64 MiB: 12.4 ms with 4 MiB pieces, 13.3
 # with whole 32 MiB blocks, 13.5 reading from the peer instead; 16 MiB: 3.3 ms against 3.7)
@@ -124,6 +131,7 @@ class Arena:
         # counter checks in sync() before the general wait; none when ranks outnumber cores
         # (the awaited rank may need this one's core)
         self._inline_spin = 0 if comm.oversubscribed else INLINE_SPIN
+        self.crowded = comm.oversubscribed  # ranks share cores (direct copies start later)
         self.direct = self._probe_direct()
 
     # ------------------------------------------------------------ single-copy peer reads
@@ -611,7 +619,8 @@ def allgather(a: Arena, send: Array, recv: Array) -> None:
         for i in range(p):
             np.copyto(recv[i * n : (i + 1) * n], sl[i])
         return
-    if a.direct and send.nbytes >= DIRECT_MIN_ALLGATHER:
+    if a.direct and send.nbytes >= (DIRECT_MIN_ALLGATHER_CROWDED if a.crowded
+                                    else DIRECT_MIN_ALLGATHER):
         # each rank writes its block into every other rank's recv, a piece at a time right
         # after copying the piece into its own: the piece is read from memory once, not p times
         a.publish(0, recv)
@@ -675,7 +684,8 @@ def alltoall(a: Arena, send: Array, recv: Array) -> None:
         for i in range(p):
             np.copyto(recv[i * n : (i + 1) * n], slot[i][r * n : (r + 1) * n])
         return
-    if a.direct and send.nbytes >= DIRECT_MIN_ALLTOALL:
+    if a.direct and send.nbytes >= (DIRECT_MIN_ALLTOALL_CROWDED if a.crowded
+                                    else DIRECT_MIN_ALLTOALL):
         a.publish(0, send)
         np.copyto(recv[r * n : (r + 1) * n], send[r * n : (r + 1) * n])
         a.sync()

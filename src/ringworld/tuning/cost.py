@@ -178,7 +178,9 @@ def _shm(sync_per_chunk: int, copied: float, reduced: float, per_rank: bool = Fa
 # process_vm_writev, at the same rate) instead of going through the windows. Such a copy costs
 # 1 / ``read_rate`` per byte; without a fitted rate, what receiving through the transport does
 # (``bandwidth`` counts bytes sent plus received: 2 / bandwidth).
-SHM_DIRECT = {"allreduce": 8 << 20, "bcast": 1 << 20, "allgather": 2 << 20, "alltoall": 4 << 20}
+# (Ranks that share cores start allgather and alltoall later; the model is for ranks with cores.)
+SHM_DIRECT = {"allreduce": 8 << 20, "bcast": 1 << 20, "allgather": 512 << 10,
+              "alltoall": 1 << 20}
 
 
 def _direct(collective: str, windows: Model) -> Model:
