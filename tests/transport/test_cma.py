@@ -31,7 +31,7 @@ def _can_attach() -> bool:
 
 pytestmark = pytest.mark.skipif(not _can_attach(), reason="process_vm_readv is not permitted")
 
-SIZES = [1, cma.STAGE_MIN - 1, cma.STAGE_MIN, 2 * cma.STAGE_MIN + 4097, 5 * cma.STAGE_MIN + 3]
+SIZES = [1, cma.STAGE_MIN - 1, cma.STAGE_MIN, cma.STAGE_PIECE + 4097, 5 * cma.STAGE_PIECE + 3]
 
 
 @pytest.mark.parametrize("skew", [0, 1, 8, 16, 31, 32, 48, 4080])
@@ -48,7 +48,7 @@ def test_reads_and_writes_deliver_every_byte(nbytes: int, skew: int) -> None:
 
 
 @pytest.mark.parametrize("direction", ["read", "write"])
-def test_a_skewed_copy_reaches_the_kernel_page_aligned_in_large_pieces(
+def test_a_skewed_copy_reaches_the_kernel_half_a_page_off_in_large_pieces(
         monkeypatch: pytest.MonkeyPatch, direction: str) -> None:
     calls: list[tuple[int, int, int]] = []
     real = cma._copy
@@ -58,20 +58,23 @@ def test_a_skewed_copy_reaches_the_kernel_page_aligned_in_large_pieces(
         real(name, pid, remote, local, n)
 
     monkeypatch.setattr(cma, "_copy", spy)
-    nbytes = 3 * cma.STAGE_MIN + 12345
-    src = _at(nbytes, 0)
-    src[:] = np.arange(nbytes) % 253
-    dst = _at(nbytes, 16)  # 16 bytes ahead: two heap arrays allocated one after the other
-    if direction == "read":
-        assert cma.skewed(src.ctypes.data, dst.ctypes.data)
-        cma.read(os.getpid(), src.ctypes.data, dst.ctypes.data, nbytes)
-    else:
-        cma.write(os.getpid(), dst.ctypes.data, src.ctypes.data, nbytes)
-    assert np.array_equal(dst, src)
-    assert sum(n for _, _, n in calls) == nbytes
-    for remote, local, n in calls:
-        assert (remote - local) % cma.PAGE == 0
-        assert cma.STAGE_MIN - 3 <= n < 2 * cma.STAGE_MIN
+    for nbytes, pieces in ((3 * cma.STAGE_PIECE + 12345, 3), (cma.STAGE_MIN + 5, 1),
+                           (cma.STAGE_PIECE + 7, 1)):
+        calls.clear()
+        src = _at(nbytes, 0)
+        src[:] = np.arange(nbytes) % 253
+        dst = _at(nbytes, 16)  # 16 bytes ahead: two heap arrays allocated one after the other
+        if direction == "read":
+            assert cma.skewed(src.ctypes.data, dst.ctypes.data)
+            cma.read(os.getpid(), src.ctypes.data, dst.ctypes.data, nbytes)
+        else:
+            cma.write(os.getpid(), dst.ctypes.data, src.ctypes.data, nbytes)
+        assert np.array_equal(dst, src)
+        assert sum(n for _, _, n in calls) == nbytes
+        assert len(calls) == pieces
+        for remote, local, _ in calls:
+            # half a page from both the remote side and (so) the user's buffer here
+            assert (remote - local) % cma.PAGE == cma.PAGE // 2
     # unskewed or small copies go straight through, in one call
     calls.clear()
     cma.read(os.getpid(), src.ctypes.data, _at(nbytes, 0).ctypes.data, nbytes)
