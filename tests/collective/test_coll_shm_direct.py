@@ -80,6 +80,31 @@ def _direct(comm: ringworld.Communicator) -> list[str]:
     comm.allreduce(maps[r], got_maps, AFFINE_OP, algorithm="shm")
     if not np.array_equal(got_maps, want_maps):
         errors.append(f"allreduce of a non-commutative op rank {r}")
+    # reduce_scatter_block: each rank reads its block of every input, spanning two chunks,
+    # combined in rank order; in place too; and a non-commutative op
+    blk = 300_007
+    rs_in = [np.arange(p * blk, dtype=np.float64) * 0.5 + i * 3.25 for i in range(p)]
+    rs_want = rs_in[0][r * blk : (r + 1) * blk].copy()
+    for v in rs_in[1:]:
+        rs_want += v[r * blk : (r + 1) * blk]
+    rs_out = np.full(blk, -1.0)
+    comm.reduce_scatter_block(rs_in[r], rs_out, algorithm="shm")
+    if not np.array_equal(rs_out, rs_want):
+        errors.append(f"reduce_scatter_block rank {r}: {np.count_nonzero(rs_out != rs_want)} "
+                      "wrong")
+    rs_buf = rs_in[r].copy()
+    comm.reduce_scatter_block(ringworld.IN_PLACE, rs_buf, algorithm="shm")
+    if not np.array_equal(rs_buf[:blk], rs_want):
+        errors.append(f"reduce_scatter_block in place rank {r}")
+    k = 1000
+    rs_maps = [m[: p * k] for m in maps]
+    got_rs = np.empty(k, dtype=AFFINE)
+    comm.reduce_scatter_block(rs_maps[r], got_rs, AFFINE_OP, algorithm="shm")
+    want_rs = rs_maps[0][r * k : (r + 1) * k]
+    for m in rs_maps[1:]:
+        want_rs = affine(want_rs, m[r * k : (r + 1) * k])
+    if not np.array_equal(got_rs, want_rs):
+        errors.append(f"reduce_scatter_block of a non-commutative op rank {r}")
     arena: Any = comm._arena
     if arena is None or not arena.direct:
         errors.append(f"rank {r}: direct reads were not enabled")
@@ -89,8 +114,9 @@ def _direct(comm: ringworld.Communicator) -> list[str]:
 @pytest.mark.parametrize("size", [2, 3, 5])
 def test_direct_reads(size: int, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(shm, "DIRECT_MIN_BCAST", 4096)  # inherited by the forked ranks
-    for name in ("DIRECT_MIN_ALLTOALL", "DIRECT_MIN_ALLGATHER", "DIRECT_MIN_ALLTOALL_CROWDED",
-                 "DIRECT_MIN_ALLGATHER_CROWDED"):  # 3 and 5 ranks share this machine's cores
+    for name in ("DIRECT_MIN_ALLTOALL", "DIRECT_MIN_ALLGATHER", "DIRECT_MIN_REDUCE_SCATTER",
+                 "DIRECT_MIN_ALLTOALL_CROWDED", "DIRECT_MIN_ALLGATHER_CROWDED",
+                 "DIRECT_MIN_REDUCE_SCATTER_CROWDED"):  # 3 and 5 ranks share the cores here
         monkeypatch.setattr(shm, name, 4096)
     monkeypatch.setattr(shm, "GATHER_PIECE", 4100)  # blocks of 40 KB go in 10 uneven pieces
     monkeypatch.setattr(shm, "DIRECT_MIN_ALLREDUCE", 4096)

@@ -113,7 +113,8 @@ def test_shared_memory_model_follows_the_algorithms_sizes() -> None:
     assert (SHM_CHUNK, SHM_SMALL) == (shm.CHUNK, shm.SMALL)
     assert SHM_DIRECT == {"allreduce": shm.DIRECT_MIN_ALLREDUCE, "bcast": shm.DIRECT_MIN_BCAST,
                           "allgather": shm.DIRECT_MIN_ALLGATHER,
-                          "alltoall": shm.DIRECT_MIN_ALLTOALL}
+                          "alltoall": shm.DIRECT_MIN_ALLTOALL,
+                          "reduce_scatter_block": shm.DIRECT_MIN_REDUCE_SCATTER}
     # from the direct-read size on, bytes move by kernel reads (counted as read, at read_rate)
     # instead of through the windows (counted as copied)
     for coll, size in SHM_DIRECT.items():

@@ -87,6 +87,13 @@ DIRECT_MIN_BCAST = 1 << 20
 # 2 MiB: windows 0.70-0.97 ms against 0.89-1.23, 4 MiB 2.0-2.4 against 2.0-2.1)
 DIRECT_MIN_ALLGATHER = 512 << 10
 DIRECT_MIN_ALLGATHER_CROWDED = 2 << 20
+# reduce_scatter_block, bytes per block: each rank reads its block of the others' inputs and
+# combines them in rank order into its output (one kernel copy per peer and block instead of a
+# copy into the windows and a cross-core read). Measured np=2 in five jobs at 1 MiB: direct
+# 179-209 us, windows 265-287 in four and 137 in the fifth; from 16 MiB a tie. On shared cores
+# the windows stay (direct copies gain nothing when the ranks take turns on one core).
+DIRECT_MIN_REDUCE_SCATTER = 512 << 10
+DIRECT_MIN_REDUCE_SCATTER_CROWDED = 1 << 62
 # the pieces of a direct allgather: small enough to stay in the shared L3 between the copy to the
 # rank's own recv and the writes to the others' (np=2, 64 MiB: 12.4 ms with 4 MiB pieces, 13.3
 # with whole 32 MiB blocks, 13.5 reading from the peer instead; 16 MiB: 3.3 ms against 3.7)
@@ -412,14 +419,32 @@ def _allreduce_direct(a: Arena, send: Array, recv: Array, op: Op) -> None:
     isz = dt.itemsize
     blk = blocks(recv.size, p)
     s0, sl = blk[r]
-    inplace = np.shares_memory(send, recv)
     a.publish(0, send)
     a.publish(1, recv)
     a.sync()
-    # the running result: recv's slice, except in place on a rank whose own input (there) is
-    # not the first operand; this rank's windows are free scratch (no peer reads them here)
-    apart = inplace and r > 0
-    for off, m in _parts(sl, a.chunk // isz):
+    _combine_slice(a, send, recv[s0 : s0 + sl], s0, op)
+    a.sync()  # every slice is combined (and every input read): fetch the others' results
+    for i, (b0, bl) in enumerate(blk):
+        if i != r and bl:
+            a.read(i, 1, b0 * isz, recv[b0 : b0 + bl])
+    a.sync()  # no rank reuses its recv while a peer still reads from it
+
+
+def _combine_slice(a: Arena, send: Array, out: Array, s0: int, op: Op) -> None:
+    """``out`` = elements [s0, s0 + out.size) of every rank's ``send`` combined in rank order,
+    read straight from the peers' buffers (published as buffer 0 before a sync), a chunk at a
+    time. ``out`` may overlap this rank's ``send`` (in place).
+
+    This rank's windows serve as scratch: no peer reads them while buffers are read directly.
+    Cost: (p-1) out.nbytes read from peers and p-1 combining passes.
+    """
+    p, r = a.comm.size, a.comm.rank
+    dt = out.dtype
+    isz = dt.itemsize
+    # the running result is out's piece, except where out holds this rank's own input and that
+    # is not the first operand (reading rank 0's piece there would overwrite it first)
+    apart = r > 0 and np.shares_memory(send, out)
+    for off, m in _parts(out.size, a.chunk // isz):
         if not m:
             break
         c0 = s0 + off
@@ -428,7 +453,7 @@ def _allreduce_direct(a: Arena, send: Array, recv: Array, op: Op) -> None:
             a.place(1, mine)
             acc = a.area(r, 1, dt, m)
         else:
-            acc = recv[c0 : c0 + m]
+            acc = out[off : off + m]
         a.place(0, mine)
         tmp = a.area(r, 0, dt, m)
         if r:
@@ -443,12 +468,7 @@ def _allreduce_direct(a: Arena, send: Array, recv: Array, op: Op) -> None:
             op.combine_into(acc, left, right)
             left = acc
         if apart:
-            np.copyto(recv[c0 : c0 + m], acc)
-    a.sync()  # every slice is combined (and every input read): fetch the others' results
-    for i, (b0, bl) in enumerate(blk):
-        if i != r and bl:
-            a.read(i, 1, b0 * isz, recv[b0 : b0 + bl])
-    a.sync()  # no rank reuses its recv while a peer still reads from it
+            np.copyto(out[off : off + m], acc)
 
 
 def reduce(a: Arena, send: Array, recv: Array, op: Op, root: int) -> None:
@@ -661,6 +681,13 @@ def reduce_scatter_block(a: Arena, send: Array, recv: Array, op: Op) -> None:
         a.sync()
         own = slice(r * n, (r + 1) * n)
         _combine_in_rank_order(op, recv, [s[own] for s in slot])
+        return
+    if a.direct and recv.nbytes >= (DIRECT_MIN_REDUCE_SCATTER_CROWDED if a.crowded
+                                    else DIRECT_MIN_REDUCE_SCATTER):
+        a.publish(0, send)
+        a.sync()
+        _combine_slice(a, send, recv, r * n, op)
+        a.sync()  # every rank has read its block of this one's send
         return
     for b0, m in _parts(n, a.chunk // dt.itemsize // p):
         _publish_blocks(a, send, n, b0, m)

@@ -180,14 +180,15 @@ def _shm(sync_per_chunk: int, copied: float, reduced: float, per_rank: bool = Fa
 # (``bandwidth`` counts bytes sent plus received: 2 / bandwidth).
 # (Ranks that share cores start allgather and alltoall later; the model is for ranks with cores.)
 SHM_DIRECT = {"allreduce": 8 << 20, "bcast": 1 << 20, "allgather": 512 << 10,
-              "alltoall": 1 << 20}
+              "alltoall": 1 << 20, "reduce_scatter_block": 512 << 10}
 
 
 def _direct(collective: str, windows: Model) -> Model:
     """``windows`` below the direct-read size of ``collective``; above it, the direct reads:
     allreduce reads (p-1)/p of the others' inputs and then of their results (3 syncs); bcast
     moves (p-1)/p of the vector (root writing, others reading at once); allgather writes its
-    block into p-1 peers and alltoall reads p-1 blocks, and both copy their own."""
+    block into p-1 peers and alltoall reads p-1 blocks, and both copy their own;
+    reduce_scatter_block reads its block of p-1 inputs and combines them."""
     limit = SHM_DIRECT[collective]
 
     def m(p: int, n: float, seg: int) -> Work:
@@ -198,6 +199,8 @@ def _direct(collective: str, windows: Model) -> Model:
             return Work(0, 0, 0, f * n, 0, syncs=3, read=2 * f * n)
         if collective == "bcast":
             return Work(0, 0, 0, syncs=2, read=f * n)
+        if collective == "reduce_scatter_block":  # its block of every other rank's input
+            return Work(0, 0, 0, (p - 1) * n, 0, syncs=2, read=(p - 1) * n)
         return Work(0, 0, 0, 0, n, syncs=2, read=(p - 1) * n)
     return m
 
@@ -208,7 +211,8 @@ SHM_MODELS: dict[str, Model] = {
     "reduce": _shm(2, 1.5, 1.0, small=True),
     "bcast": _direct("bcast", _shm(1, 1.0, 0.0, small=True)),
     "allgather": _direct("allgather", _shm(1, 1.0, 0.0, per_rank=True, small=True, own=2.0)),
-    "reduce_scatter_block": _shm(2, 1.0, 1.0, per_rank=True, small=True, all_blocks=True),
+    "reduce_scatter_block": _direct("reduce_scatter_block", _shm(2, 1.0, 1.0, per_rank=True,
+                                                                 small=True, all_blocks=True)),
     "alltoall": _direct("alltoall", _shm(2, 2.0, 0.0, per_rank=True, small=True,
                                          all_blocks=True, own=1.0)),
 }
