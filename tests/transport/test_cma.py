@@ -13,10 +13,13 @@ from ringworld.transport import cma
 
 
 def _at(nbytes: int, offset: int) -> np.ndarray[Any, np.dtype[np.uint8]]:
-    """``nbytes`` of fresh memory starting ``offset`` bytes past a page boundary."""
-    raw = np.zeros(nbytes + 2 * cma.PAGE, dtype=np.uint8)
+    """``nbytes`` of fresh memory starting ``offset`` bytes past a page boundary (any offset:
+    a slice cut short would let the kernel copy run past the array and corrupt the heap)."""
+    raw = np.zeros(nbytes + offset + cma.PAGE, dtype=np.uint8)
     start = (-raw.ctypes.data) % cma.PAGE + offset
-    return raw[start : start + nbytes]
+    view = raw[start : start + nbytes]
+    assert view.size == nbytes
+    return view
 
 
 def _can_attach() -> bool:
