@@ -31,11 +31,12 @@ skip the windows when the kernel lets ranks read and write each other's memory (
 agreed by all): each rank publishes its buffer's address, and peers copy straight out of it
 (one copy instead of two), with a sync before anyone may touch its buffer again; in an
 allgather each rank instead writes its block into the others' buffers, a piece at a time just
-after copying it into its own. Allreduce from
-DIRECT_MIN_ALLREDUCE bytes reads its slice of the others' inputs the same way, then the others'
-results. In a broadcast the root, which would be idle, writes the first 1/p of the data into
-every other rank's buffer while they read the rest. Other broadcasts stream (see ``_stream``):
-the root fills a ring of pieces while the others empty it.
+after copying it into its own. Reduce_scatter_block from DIRECT_MIN_REDUCE_SCATTER bytes per
+block and allreduce from DIRECT_MIN_ALLREDUCE bytes read their slice of the others' inputs the
+same way (allreduce then the others' results too). In a broadcast the root, which would be
+idle, writes the first 1/p of the data into every other rank's buffer while they read the rest.
+Other broadcasts stream (see ``_stream``): the root fills a ring of pieces while the others
+empty it.
 
 Small messages (at most SMALL bytes per rank) take one sync: every rank writes its data into
 slot ``epoch % 2``, syncs, and reads what it needs from everyone's slot; a rank reusing a slot
