@@ -42,7 +42,8 @@ Small messages (at most SMALL bytes per rank) take one sync: every rank writes i
 slot ``epoch % 2``, syncs, and reads what it needs from everyone's slot; a rank reusing a slot
 two syncs later knows everyone has passed the sync in between, so has finished reading it.
 Allreduce then has every rank combine all p inputs in rank order (same operands, same order:
-identical results); a barrier is just a sync.
+identical results); a barrier is just a sync. These paths copy by assignment (``dst[...] = src``,
+same shapes and dtypes): 0.13 us a call where ``np.copyto`` costs 0.44.
 """
 
 from __future__ import annotations
@@ -368,7 +369,7 @@ def allreduce(a: Arena, send: Array, recv: Array, op: Op) -> None:
     dt = recv.dtype
     if recv.nbytes <= SMALL:  # one sync; every rank combines all inputs in rank order
         slot = a.slots(a.next_parity(), dt, recv.size)
-        np.copyto(slot[r], send)
+        slot[r][...] = send
         a.sync()
         uf = op.ufunc
         if uf is not None and p == 2:  # the latency-critical case, without the helpers
@@ -479,7 +480,7 @@ def reduce(a: Arena, send: Array, recv: Array, op: Op, root: int) -> None:
     dt = send.dtype
     if send.nbytes <= SMALL:
         slot = a.slots(a.next_parity(), dt, send.size)
-        np.copyto(slot[r], send)
+        slot[r][...] = send
         a.sync()
         if r == root:
             if p == 1:
@@ -513,10 +514,10 @@ def bcast(a: Arena, buf: Array, root: int) -> None:
     if buf.nbytes <= SMALL:
         sl = a.slots(a.next_parity(), dt, buf.size)
         if r == root:
-            np.copyto(sl[r], buf)
+            sl[r][...] = buf
         a.sync()
         if r != root:
-            np.copyto(buf, sl[root])
+            buf[...] = sl[root]
         return
     if a.direct and buf.nbytes >= DIRECT_MIN_BCAST:
         # every rank publishes its buffer; the root, idle otherwise, writes the first 1/p of
@@ -635,10 +636,10 @@ def allgather(a: Arena, send: Array, recv: Array) -> None:
     n = send.size
     if send.nbytes <= SMALL:
         sl = a.slots(a.next_parity(), dt, n)
-        np.copyto(sl[r], send)
+        sl[r][...] = send
         a.sync()
         for i in range(p):
-            np.copyto(recv[i * n : (i + 1) * n], sl[i])
+            recv[i * n : (i + 1) * n] = sl[i]
         return
     if a.direct and send.nbytes >= (DIRECT_MIN_ALLGATHER_CROWDED if a.crowded
                                     else DIRECT_MIN_ALLGATHER):
@@ -678,7 +679,7 @@ def reduce_scatter_block(a: Arena, send: Array, recv: Array, op: Op) -> None:
     n = recv.size
     if send.nbytes <= SMALL:  # one sync; each rank combines its block of all, in rank order
         slot = a.slots(a.next_parity(), dt, p * n)
-        np.copyto(slot[r], send)
+        slot[r][...] = send
         a.sync()
         own = slice(r * n, (r + 1) * n)
         _combine_in_rank_order(op, recv, [s[own] for s in slot])
@@ -707,10 +708,10 @@ def alltoall(a: Arena, send: Array, recv: Array) -> None:
     n = recv.size // p
     if send.nbytes <= SMALL:  # one sync through the slots
         slot = a.slots(a.next_parity(), dt, p * n)
-        np.copyto(slot[r], send)
+        slot[r][...] = send
         a.sync()
         for i in range(p):
-            np.copyto(recv[i * n : (i + 1) * n], slot[i][r * n : (r + 1) * n])
+            recv[i * n : (i + 1) * n] = slot[i][r * n : (r + 1) * n]
         return
     if a.direct and send.nbytes >= (DIRECT_MIN_ALLTOALL_CROWDED if a.crowded
                                     else DIRECT_MIN_ALLTOALL):
