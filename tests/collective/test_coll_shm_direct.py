@@ -164,3 +164,32 @@ def test_a_rank_that_leaves_fails_the_shared_memory_collective(collective: str) 
         seconds, _, message = results[r].partition(" ")
         assert "rank 1" in message and collective in message, results[r]
         assert float(seconds.rstrip("s")) < 5, results[r]
+
+
+def _disagree(comm: ringworld.Communicator) -> list[str]:
+    """Rank 0 counts fewer cores than the others (its own affinity mask): the ranks must still
+    agree on crowding, which picks between the direct and the window paths."""
+    p, r = comm.size, comm.rank
+    comm._engine.crowded = r == 0  # before the first collective maps the windows
+    errors: list[str] = []
+    n = 65536  # float64: 512 KiB blocks, direct only where ranks are not crowded
+    mine = np.arange(n, dtype=np.float64) + r * n
+    out = np.full(p * n, -1.0)
+    comm.allgather(mine, out, algorithm="shm", timeout=30)
+    if not np.array_equal(out, np.arange(p * n, dtype=np.float64)):
+        errors.append(f"allgather rank {r}")
+    send = np.arange(p * n, dtype=np.float64) * (r + 1)
+    part = np.empty(n)
+    comm.reduce_scatter_block(send, part, algorithm="shm", timeout=30)
+    want = np.arange(r * n, (r + 1) * n, dtype=np.float64) * sum(range(1, p + 1))
+    if not np.array_equal(part, want):
+        errors.append(f"reduce_scatter_block rank {r}")
+    arena: Any = comm._arena
+    if arena is None or not arena.crowded:
+        errors.append(f"rank {r}: crowding not agreed ({arena and arena.crowded})")
+    return errors
+
+
+def test_ranks_that_count_their_cores_differently_agree_on_the_path() -> None:
+    results = run_processes(2, _disagree, transport="shm", timeout=60)
+    assert [e for errs in results for e in errs] == []
