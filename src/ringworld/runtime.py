@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, cast
 
 from ringworld import config as _config
 from ringworld.collective.communicator import Communicator
-from ringworld.comm.engine import WORLD_CONTEXT, Engine
+from ringworld.comm.engine import WORLD_CONTEXT, Engine, usable_cpus
 from ringworld.comm.monitor import Monitor
 from ringworld.errors import BootstrapError, ConfigError, RingworldError, StoreError
 from ringworld.store.base import Store
@@ -80,13 +80,17 @@ def _host_label(cfg: _config.Config) -> str:
 
 
 def _build_routes(cfg: _config.Config, kind: str, store: Store
-                  ) -> tuple[list[Transport | None], str, list[str]]:
+                  ) -> tuple[list[Transport | None], str, list[str], list[int]]:
     """Each peer's transport: shared memory to ranks on this host, TCP to the others ("auto"),
-    or one transport for all. Returns (routes, the world's kind, every rank's host label).
-    Collective: every rank publishes its host label and reads the others'.
+    or one transport for all. Returns (routes, the world's kind, every rank's host label,
+    every rank's usable CPUs). Collective: every rank publishes its CPU count and host label
+    and reads the others'.
     """
-    store.set(f"host/{cfg.rank}", _host_label(cfg).encode())
-    hosts = [store.get(f"host/{r}", BOOTSTRAP_TIMEOUT).decode() for r in range(cfg.size)]
+    store.set(f"host/{cfg.rank}", f"{usable_cpus()} {_host_label(cfg)}".encode())
+    seen = [store.get(f"host/{r}", BOOTSTRAP_TIMEOUT).decode().split(" ", 1)
+            for r in range(cfg.size)]
+    cpus = [int(c) for c, _ in seen]
+    hosts = [h for _, h in seen]
     route: list[Transport | None] = [None] * cfg.size
     local = [r for r in range(cfg.size) if hosts[r] == hosts[cfg.rank]]
     remote = [r for r in range(cfg.size) if hosts[r] != hosts[cfg.rank]]
@@ -99,7 +103,7 @@ def _build_routes(cfg: _config.Config, kind: str, store: Store
         for r in range(cfg.size):
             if r != cfg.rank:
                 route[r] = t
-        return route, kind, hosts
+        return route, kind, hosts, cpus
     # several hosts, and peers on this one: shared memory here, TCP to the rest
     shm = _make_transport(cfg, "shm", store, peers=local)
     try:
@@ -112,7 +116,7 @@ def _build_routes(cfg: _config.Config, kind: str, store: Store
             route[r] = shm
     for r in remote:
         route[r] = tcp
-    return route, "tcp", hosts
+    return route, "tcp", hosts, cpus
 
 
 def _bind_address(cfg: _config.Config) -> str:
@@ -178,11 +182,12 @@ def init(*, transport: str | None = None, timeout: float | None = None,
         kind = transport or cfg.transport
         route: list[Transport | None] = [None] * cfg.size
         hosts = [_host_label(cfg)]
+        cpus = [usable_cpus()]
         store: Store | None = None
         if cfg.size > 1:
             try:
                 store, cfg = _rendezvous(cfg)
-                route, kind, hosts = _build_routes(cfg, kind, store)
+                route, kind, hosts, cpus = _build_routes(cfg, kind, store)
             except RingworldError:
                 if store is not None:
                     store.close()
@@ -196,6 +201,7 @@ def init(*, transport: str | None = None, timeout: float | None = None,
             kind = "shm"
         engine = Engine(cfg.rank, cfg.size, route, timeout if timeout is not None else cfg.timeout)
         engine.hosts = hosts
+        engine.agree_crowded(cpus)
         if store is not None and cfg.liveness_timeout > 0:
             _start_monitor(engine, cfg)
         _engine = engine

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -127,3 +128,28 @@ def test_shared_memory_model_follows_the_algorithms_sizes() -> None:
         c = Constants(step=0, message=0, bandwidth=4e9, reduce_rate=1e20, copy_rate=1e20, sync=0)
         assert at.time(c) == pytest.approx(at.read / 2e9)
         assert at.time(c._replace(read_rate=8e9)) == pytest.approx(at.read / 8e9)
+
+
+AFFINITY_JOB = """
+import os
+if os.environ["RINGWORLD_RANK"] == "0":
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # this rank counts one core
+import ringworld
+comm = ringworld.init()
+print("crowded", comm.rank, comm.oversubscribed, flush=True)
+ringworld.finalize()
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs sched_setaffinity")
+def test_ranks_with_different_affinity_agree_on_crowding(tmp_path: Path) -> None:
+    """Rank 0 may run on one core, rank 1 on all: both must call the job crowded (algorithm
+    choices and shared-memory paths depend on it, and every rank must make the same)."""
+    prog = tmp_path / "affinity.py"
+    prog.write_text(AFFINITY_JOB)
+    proc = subprocess.run([sys.executable, "-m", "ringworld", "run", "-n", "2", sys.executable,
+                           str(prog)], check=False, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    seen = sorted(line.split()[1:] for line in proc.stdout.splitlines()
+                  if line.startswith("crowded"))
+    assert seen == [["0", "True"], ["1", "True"]], proc.stdout

@@ -41,6 +41,14 @@ from ringworld.errors import (
 from ringworld.transport.base import BufferedIncoming, Incoming, SendHandle, Transport
 
 FAST_POLLS = 32          # polls before the first clock read
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask), else the machine's count."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 RECV_SPIN = 4000         # polls of a blocking receive before the general wait loop
 RECV_SPIN_CROWDED = 64   # ... when ranks outnumber cores: the sender may need this core
 # polls before yielding the CPU: some 10 ms, as MPI libraries busy-poll; a sleeper's wake-up cost
@@ -87,16 +95,10 @@ class Engine:
         # nonblocking collectives in flight: advanced on every progress() call, so a rank
         # blocked in any wait still forwards the data its peers need (MPI's progress rule)
         self.background: list[Callable[[], object]] = []
-        try:
-            cpus = len(os.sched_getaffinity(0))
-        except (AttributeError, OSError):
-            cpus = os.cpu_count() or 1
-        # ranks outnumbering cores: a long spin keeps the awaited rank off the CPU
-        self.crowded = size > cpus
-        self.spin_polls = SPIN_POLLS_CROWDED if self.crowded else SPIN_POLLS
-        # a blocking receive's first spin: spinning thousands of polls while the sender waits
-        # for this core cost 1-2 ms per step (a 1 KiB Bruck alltoall on 4 ranks, 2 cores: 3 ms)
-        self.recv_spin = RECV_SPIN_CROWDED if self.crowded else RECV_SPIN
+        self.crowded = False
+        self.spin_polls = SPIN_POLLS
+        self.recv_spin = RECV_SPIN
+        self.agree_crowded([usable_cpus()])
         # for the monitor (heartbeats) and timeout diagnosis: set cheaply on the hot path,
         # read from the monitor thread
         self.entered: dict[int, int] = {}  # collective context -> last sequence entered
@@ -131,7 +133,19 @@ class Engine:
         self.strays: list[tuple[int, int, int]] = []
         self.explain: Callable[[str], str] | None = None  # the monitor's job-wide diagnosis
 
+    def agree_crowded(self, cpus: Sequence[int]) -> None:
+        """Set whether the job's ranks outnumber the cores: true if they outnumber any of
+        ``cpus`` (each rank's :func:`usable_cpus`, exchanged at start-up, so that every rank
+        agrees: the choice of algorithms and shared-memory paths depends on it)."""
+        # ranks outnumbering cores: a long spin keeps the awaited rank off the CPU
+        self.crowded = any(self.size > c for c in cpus)
+        self.spin_polls = SPIN_POLLS_CROWDED if self.crowded else SPIN_POLLS
+        # a blocking receive's first spin: spinning thousands of polls while the sender waits
+        # for this core cost 1-2 ms per step (a 1 KiB Bruck alltoall on 4 ranks, 2 cores: 3 ms)
+        self.recv_spin = RECV_SPIN_CROWDED if self.crowded else RECV_SPIN
+
     # ------------------------------------------------------------------ contexts
+
     def new_context(self) -> int:
         """Allocate a fresh pair of context ids (point-to-point, collective); local, no traffic."""
         c = self._next_context
