@@ -41,14 +41,6 @@ from ringworld.errors import (
 from ringworld.transport.base import BufferedIncoming, Incoming, SendHandle, Transport
 
 FAST_POLLS = 32          # polls before the first clock read
-def usable_cpus() -> int:
-    """The CPUs this process may run on (its affinity mask), else the machine's count."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
 RECV_SPIN = 4000         # polls of a blocking receive before the general wait loop
 RECV_SPIN_CROWDED = 64   # ... when ranks outnumber cores: the sender may need this core
 # polls before yielding the CPU: some 10 ms, as MPI libraries busy-poll; a sleeper's wake-up cost
@@ -66,6 +58,14 @@ ECHO_WAIT = 2.0          # seconds a rank waits for the record behind a peer's m
 WORLD_CONTEXT = 0        # contexts 0/1: the world communicator (point-to-point, collective)
 SELF_CONTEXT = 2         # contexts 2/3: the self communicator
 FIRST_FREE_CONTEXT = 4
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask), else the machine's count."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 class Engine:
@@ -95,10 +95,7 @@ class Engine:
         # nonblocking collectives in flight: advanced on every progress() call, so a rank
         # blocked in any wait still forwards the data its peers need (MPI's progress rule)
         self.background: list[Callable[[], object]] = []
-        self.crowded = False
-        self.spin_polls = SPIN_POLLS
-        self.recv_spin = RECV_SPIN
-        self.agree_crowded([usable_cpus()])
+        self.agree_crowded([usable_cpus()])  # crowded, spin_polls, recv_spin (this rank's view)
         # for the monitor (heartbeats) and timeout diagnosis: set cheaply on the hot path,
         # read from the monitor thread
         self.entered: dict[int, int] = {}  # collective context -> last sequence entered
@@ -145,7 +142,6 @@ class Engine:
         self.recv_spin = RECV_SPIN_CROWDED if self.crowded else RECV_SPIN
 
     # ------------------------------------------------------------------ contexts
-
     def new_context(self) -> int:
         """Allocate a fresh pair of context ids (point-to-point, collective); local, no traffic."""
         c = self._next_context

@@ -178,7 +178,8 @@ def _shm(sync_per_chunk: int, copied: float, reduced: float, per_rank: bool = Fa
 # process_vm_writev, at the same rate) instead of going through the windows. Such a copy costs
 # 1 / ``read_rate`` per byte; without a fitted rate, what receiving through the transport does
 # (``bandwidth`` counts bytes sent plus received: 2 / bandwidth).
-# (Ranks that share cores start allgather and alltoall later; the model is for ranks with cores.)
+# (Ranks that share cores start allgather and alltoall later and never take the direct
+# reduce_scatter_block; the model is for ranks with cores of their own.)
 SHM_DIRECT = {"allreduce": 8 << 20, "bcast": 1 << 20, "allgather": 512 << 10,
               "alltoall": 1 << 20, "reduce_scatter_block": 512 << 10}
 
