@@ -184,10 +184,11 @@ class Communicator(ObjectCollectives):
         return found
 
     def _again(self, coll: str, sb: Any, rb: Any, extra: Any) -> tuple[int, int, str] | None:
-        """The shared-memory signature of the last small ``coll`` if this call repeats it, else
-        None: the same array objects (still 1-D, same dtype, ``rb`` still writable) and the same
+        """The shared-memory signature of the last ``coll`` if this call repeats it, else None:
+        the same array objects (still 1-D, same dtype, ``rb`` still writable) and the same
         ``extra`` (root or op). A repeated call then skips the checks and the algorithm choice,
-        which cost more than the copies at these sizes. Cost: a few attribute reads.
+        which cost more than the copies of small calls and, run with the caches cold after a
+        large one, 10-20 us a call. Cost: a few attribute reads.
 
         Raises:
             CommError / CommRevoked: the communicator was freed or revoked.
@@ -204,10 +205,9 @@ class Communicator(ObjectCollectives):
 
     def _keep(self, coll: str, sendbuf: Any, recvbuf: Any, sb: Array, rb: Array, extra: Any,
               nbytes: int, kind: tuple[Any, ...]) -> None:
-        """Remember a small shared-memory call made on the user's own 1-D arrays for
-        :meth:`_again` (weakly: no user array is kept alive)."""
-        if (sb is sendbuf and rb is recvbuf and sb.nbytes <= shm.SMALL
-                and rb.nbytes <= shm.SMALL * self.size and self._arena is not None):
+        """Remember a shared-memory call made on the user's own 1-D arrays for :meth:`_again`
+        (weakly: no user array is kept alive)."""
+        if sb is sendbuf and rb is recvbuf and self._arena is not None:
             sig = self._arena.signature(coll, nbytes, kind)
             self._repeat[coll] = (weakref.ref(sb), weakref.ref(rb), extra, rb.dtype, sig)
 
