@@ -52,6 +52,7 @@ import os
 import zlib
 from collections.abc import Callable, Collection, Sequence
 from functools import partial
+from time import perf_counter as _clock
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -103,6 +104,18 @@ GATHER_PIECE = 4 << 20
 # allreduce: from this size each rank reads its slice of the others' inputs and then the others'
 # results straight from their buffers (see _allreduce_direct)
 DIRECT_MIN_ALLREDUCE = 8 << 20
+# Where both the direct and the window path may win, rank 0 times them as they run and every
+# rank takes the faster (see Arena.race): on the reference VM the window copies between cores
+# ran at one speed in some jobs (np=2, 1 MiB alltoall: windows 110-148 us, direct 152-174) and
+# 2-3x slower in others, or later in the same job (windows 330-400 us). Raced from half the
+# direct threshold of non-crowded jobs: RACE_MIN[kind], bytes per transfer as the thresholds.
+RACE_ALLTOALL, RACE_ALLGATHER, RACE_REDUCE_SCATTER = 0, 1, 2
+RACE_MIN = (DIRECT_MIN_ALLTOALL // 2, DIRECT_MIN_ALLGATHER // 2, DIRECT_MIN_REDUCE_SCATTER // 2)
+RACE = True  # off: the thresholds alone decide (tests force each path this way)
+RACE_WORD = 16  # header words 16..21: rank 0's picks, by collective and call parity
+RACE_KEEP = 3  # times kept per path: the estimate is their median
+RACE_TRY = 2  # calls of a try of the slower path
+RACE_FIRST, RACE_LAST = 4, 64  # calls between tries (doubling while the tried path loses)
 SMALL = 16384
 CHUNK = 2 << 20
 INLINE_SPIN = 256  # a few microseconds of counter checks (see Arena.sync)
@@ -145,6 +158,53 @@ class Arena:
         # copies run, since it picks between paths that every rank must take alike
         self.crowded = comm.oversubscribed
         self.direct = self._probe_direct()
+        self._races = [0, 0, 0]  # raced calls so far, by collective (the same on every rank)
+        self._race_log: dict[int, _Race] = {}  # rank 0's times, by kind << 8 | size class
+        self._race_mask = [0, 0, 0]  # rank 0: the size classes whose next call leaves the default
+        self._racing: tuple[_Race, bool, float] | None = None  # rank 0: the call being timed
+
+    # ------------------------------------------------------------ direct or window path
+    def race(self, kind: int, nbytes: int, default: bool) -> bool:
+        """Whether this call of collective ``kind`` (RACE_*) takes the direct path.
+
+        ``default`` is what the thresholds say, and the path of a size class's first calls.
+        Rank 0 times every call (see :meth:`raced`) and keeps, per collective and power-of-two
+        size class, the last times of each path; the faster path is taken, the other tried
+        again now and then, as the machine may change speed (see :class:`_Race`).
+
+        Rank 0 publishes the paths of call c + 1 (a bitmask over the size classes that leave
+        the default) in header word ``RACE_WORD + 2 * kind + (c + 1) % 2`` at the start of call
+        c; every rank reads word ``... + c % 2`` at the start of call c. Every raced path syncs
+        at least once, so call c's readers have all read that word before rank 0 writes it
+        again (at the start of call c + 1, past call c's syncs) and have all seen the write
+        before call c + 1. Collective: every rank must call it for the same calls. Cost: a few
+        microseconds on rank 0.
+        """
+        if not RACE or nbytes < RACE_MIN[kind]:
+            self._racing = None
+            return default
+        c = self._races[kind]
+        self._races[kind] = c + 1
+        cls = nbytes.bit_length()
+        direct = default != bool(self._ctr[0][RACE_WORD + 2 * kind + (c & 1)] >> cls & 1)
+        if self.comm.rank == 0:
+            rec = self._race_log.get(kind << 8 | cls)
+            if rec is None:
+                rec = self._race_log[kind << 8 | cls] = _Race(default)
+                rec.plan()  # this call's (the default)
+            mask = self._race_mask[kind]
+            mask = mask | 1 << cls if rec.plan() != default else mask & ~(1 << cls)
+            self._race_mask[kind] = mask
+            self._mine[RACE_WORD + 2 * kind + ((c + 1) & 1)] = mask
+            self._racing = (rec, direct, _clock())
+        return direct
+
+    def raced(self) -> None:
+        """End a call that :meth:`race` started: rank 0 records its time."""
+        racing = self._racing
+        if racing is not None:
+            self._racing = None
+            racing[0].add(racing[1], _clock() - racing[2])
 
     # ------------------------------------------------------------ single-copy peer reads
     def _probe_direct(self) -> bool:
@@ -276,16 +336,31 @@ class Arena:
             Timeout, PeerFailure: as :meth:`Communicator.spin_until`.
             MismatchError: ranks started different calls (see :meth:`begin`).
         """
+        self.arrive()
+        self.await_all()
+
+    def arrive(self) -> None:
+        """The first half of :meth:`sync`: tell the others this rank has reached it. Work done
+        before :meth:`await_all` overlaps the wait for slower ranks; it may touch only this
+        rank's own buffers (peers may already be past the sync)."""
         self._epoch += 1
         e = self._epoch
         mine = self._mine
         sig = self._sig
-        at = 8 + 2 * (e & 1)  # by parity: a rank may announce its next call meanwhile
         if sig is not None:
+            at = 8 + 2 * (e & 1)  # by parity: a rank may announce its next call meanwhile
             mine[at] = sig[0]
             mine[at + 1] = sig[1]
         mine[0] = e
         self.comm.wake_peers()
+
+    def await_all(self) -> None:
+        """The second half of :meth:`sync`: wait until every rank has arrived.
+
+        Raises:
+            as :meth:`sync`.
+        """
+        e = self._epoch
         spin = self._inline_spin
         for c in self._ctr:
             if c[0] < e:
@@ -297,8 +372,10 @@ class Arena:
                 else:
                     self._wait(e)
                     break
+        sig = self._sig
         if sig is not None:
             self._sig = None
+            at = 8 + 2 * (e & 1)
             for c in self._ctr:
                 if c[at] != sig[0] or c[at + 1] != sig[1]:
                     seen = [(c[at], c[at + 1]) for c in self._ctr]
@@ -335,6 +412,69 @@ class Arena:
             return f"{self.what}, shared-memory sync {e}, waiting for rank(s) {who}"
 
         self.comm.spin_until(arrived, self.timeout, describe, missing)
+
+
+class _Race:
+    """Rank 0's times of the two paths of one collective at one size class (see Arena.race).
+
+    Calls take the best path; every ``gap`` calls (RACE_FIRST, doubling while the other keeps
+    losing, up to RACE_LAST) a *try* runs RACE_TRY calls of the other, which takes over if
+    their mean beats the median of the best's last RACE_KEEP times by 10%. A try also starts at
+    once when the best's median grows past the other's last known median (the machine slowed
+    the best down).
+    """
+
+    __slots__ = ("best", "default", "fresh", "gap", "times", "trying", "wait")
+
+    def __init__(self, default: bool) -> None:
+        self.default = default
+        self.best = default
+        self.times: tuple[list[float], list[float]] = ([], [])  # window path, direct path
+        self.wait = RACE_TRY  # calls of the best path before the next try
+        self.gap = RACE_FIRST
+        self.trying = 0  # calls of the running try planned so far (0: none running)
+        self.fresh: list[float] = []  # the running try's times
+
+    def plan(self) -> bool:
+        """The path of the next call (True: direct); call once per call, in order."""
+        if 0 < self.trying < RACE_TRY:
+            self.trying += 1
+            return not self.best
+        if self.trying:  # the try is planned in full: back to the best (add() may change it)
+            self.trying = 0
+            self.wait = self.gap
+        if self.wait <= 0:
+            self.trying = 1
+            self.fresh = []
+            return not self.best
+        self.wait -= 1
+        return self.best
+
+    def add(self, direct: bool, seconds: float) -> None:
+        """Record the time of a call that took path ``direct`` (calls in the order planned)."""
+        t = self.times[direct]
+        t.append(seconds)
+        if len(t) > RACE_KEEP:
+            del t[0]
+        if direct != self.best:
+            self.fresh.append(seconds)
+            if len(self.fresh) < RACE_TRY:
+                return
+            won = sum(self.fresh) / len(self.fresh) < 0.9 * _median(self.times[self.best])
+            self.fresh = []
+            if won:
+                self.best = direct
+                self.gap = RACE_FIRST
+            else:
+                self.gap = min(2 * self.gap, RACE_LAST)
+            self.wait = self.gap
+        elif self.times[not direct] and not self.trying and (
+                0.9 * _median(t) > _median(self.times[not direct])):
+            self.wait = 0
+
+
+def _median(t: list[float]) -> float:
+    return sorted(t)[len(t) // 2]
 
 
 def _addr(a: Array) -> int:
@@ -648,8 +788,8 @@ def allgather(a: Arena, send: Array, recv: Array) -> None:
         for i in range(p):
             recv[i * n : (i + 1) * n] = sl[i]
         return
-    if a.direct and send.nbytes >= (DIRECT_MIN_ALLGATHER_CROWDED if a.crowded
-                                    else DIRECT_MIN_ALLGATHER):
+    if a.direct and a.race(RACE_ALLGATHER, send.nbytes, send.nbytes >= (
+            DIRECT_MIN_ALLGATHER_CROWDED if a.crowded else DIRECT_MIN_ALLGATHER)):
         # each rank writes its block into every other rank's recv, a piece at a time right
         # after copying the piece into its own: the piece is read from memory once, not p times
         a.publish(0, recv)
@@ -666,6 +806,7 @@ def allgather(a: Arena, send: Array, recv: Array) -> None:
                 if j != r:
                     a.write(j, 0, at + lo, piece)
         a.sync()  # every block has landed
+        a.raced()
         return
     for k, (b0, m) in enumerate(_parts(n, a.chunk // dt.itemsize)):
         a.place(k % 2, send[b0:])
@@ -677,6 +818,7 @@ def allgather(a: Arena, send: Array, recv: Array) -> None:
             if i != r:
                 np.copyto(recv[i * n + b0 : i * n + b0 + m], a.area(i, k % 2, dt, m))
     a.sync()
+    a.raced()
 
 
 def reduce_scatter_block(a: Arena, send: Array, recv: Array, op: Op) -> None:
@@ -691,12 +833,13 @@ def reduce_scatter_block(a: Arena, send: Array, recv: Array, op: Op) -> None:
         own = slice(r * n, (r + 1) * n)
         _combine_in_rank_order(op, recv, [s[own] for s in slot])
         return
-    if a.direct and recv.nbytes >= (DIRECT_MIN_REDUCE_SCATTER_CROWDED if a.crowded
-                                    else DIRECT_MIN_REDUCE_SCATTER):
+    if a.direct and a.race(RACE_REDUCE_SCATTER, recv.nbytes, recv.nbytes >= (
+            DIRECT_MIN_REDUCE_SCATTER_CROWDED if a.crowded else DIRECT_MIN_REDUCE_SCATTER)):
         a.publish(0, send)
         a.sync()
         _combine_slice(a, send, recv, r * n, op)
         a.sync()  # every rank has read its block of this one's send
+        a.raced()
         return
     for b0, m in _parts(n, a.chunk // dt.itemsize // p):
         _publish_blocks(a, send, n, b0, m)
@@ -706,6 +849,7 @@ def reduce_scatter_block(a: Arena, send: Array, recv: Array, op: Op) -> None:
         dst = recv[b0 : b0 + m]
         _combine_in_rank_order(op, dst, ins)
         a.sync()
+    a.raced()
 
 
 def alltoall(a: Arena, send: Array, recv: Array) -> None:
@@ -720,15 +864,17 @@ def alltoall(a: Arena, send: Array, recv: Array) -> None:
         for i in range(p):
             recv[i * n : (i + 1) * n] = slot[i][r * n : (r + 1) * n]
         return
-    if a.direct and send.nbytes >= (DIRECT_MIN_ALLTOALL_CROWDED if a.crowded
-                                    else DIRECT_MIN_ALLTOALL):
+    if a.direct and a.race(RACE_ALLTOALL, send.nbytes, send.nbytes >= (
+            DIRECT_MIN_ALLTOALL_CROWDED if a.crowded else DIRECT_MIN_ALLTOALL)):
         a.publish(0, send)
-        np.copyto(recv[r * n : (r + 1) * n], send[r * n : (r + 1) * n])
         a.sync()
         for i in range(p):
             if i != r:
                 a.read(i, 0, r * n * dt.itemsize, recv[i * n : (i + 1) * n])
-        a.sync()
+        a.arrive()  # this rank is done with the others' buffers; its own block meanwhile
+        np.copyto(recv[r * n : (r + 1) * n], send[r * n : (r + 1) * n])
+        a.await_all()
+        a.raced()
         return
     for b0, m in _parts(n, a.chunk // dt.itemsize // p):
         _publish_blocks(a, send, n, b0, m)
@@ -739,3 +885,4 @@ def alltoall(a: Arena, send: Array, recv: Array) -> None:
                 np.copyto(recv[i * n + b0 : i * n + b0 + m],
                           a.area(i, 0, dt, p * m)[r * m : (r + 1) * m])
         a.sync()
+    a.raced()

@@ -1,0 +1,167 @@
+"""The race between the direct and the window paths of the shared-memory alltoall, allgather and
+reduce_scatter_block (``Arena.race``): rank 0 times both, every rank takes the one it picks.
+
+The bookkeeping (:class:`shm._Race`) is checked on made-up times; the collectives run on forked
+ranks with one path slowed down on purpose, so that the other must win, and every call's result
+is checked, as is every rank taking the same path on every call."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+import ringworld
+from ringworld.algorithms import shm
+from ringworld.testing import run_processes
+
+
+def _feed(rec: Any, calls: int, cost: Callable[[bool], float]) -> list[bool]:
+    """Run ``calls`` calls the way Arena.race does (the path of a call is planned while the
+    one before it runs, its time not yet in); return the paths taken (True: direct)."""
+    taken: list[bool] = []
+    planned = rec.plan()
+    for _ in range(calls):
+        pick, planned = planned, rec.plan()
+        rec.add(pick, cost(pick))
+        taken.append(pick)
+    return taken
+
+
+def test_race_starts_on_the_default_then_tries_the_other() -> None:
+    rec = shm._Race(True)
+    taken = _feed(rec, 8, lambda direct: 1.0 if direct else 2.0)
+    assert taken[:shm.RACE_TRY] == [True] * shm.RACE_TRY  # the default first
+    assert False in taken[shm.RACE_TRY : 2 * shm.RACE_TRY + 1]  # then the other, for a time
+    assert rec.best is True and taken[-2:] == [True, True]
+
+
+def test_race_elects_the_faster_path_and_keeps_it() -> None:
+    rec = shm._Race(True)
+    taken = _feed(rec, 400, lambda direct: 3.0 if direct else 1.0)
+    assert rec.best is False
+    tail = taken[100:]
+    # the loser is tried again now and then, less often while it keeps losing
+    assert 0 < tail.count(True) <= len(tail) * shm.RACE_TRY // shm.RACE_LAST + shm.RACE_TRY
+    assert rec.gap == shm.RACE_LAST
+
+
+def test_race_follows_the_machine_when_it_changes_speed() -> None:
+    rec = shm._Race(True)
+    speeds = {"window": 1.0}
+
+    def cost(direct: bool) -> float:
+        return 2.0 if direct else speeds["window"]
+
+    taken = _feed(rec, 200, cost)
+    assert rec.best is False and taken[-1] is False
+    speeds["window"] = 5.0  # the window copies slow down (on the reference VM: 2-3x)
+    taken = _feed(rec, 10, cost)  # the best's median rises past the other's: tried at once
+    assert rec.best is True and taken[-3:] == [True] * 3
+    speeds["window"] = 1.0  # and recover: found at the next try, at most RACE_LAST calls on
+    taken = _feed(rec, shm.RACE_LAST + 2 * shm.RACE_TRY + 2, cost)
+    assert rec.best is False and taken[-1] is False
+
+
+def test_one_slow_outlier_does_not_flip_the_choice() -> None:
+    rec = shm._Race(True)
+    _feed(rec, 30, lambda direct: 1.0 if direct else 2.0)
+    rec.add(True, 50.0)  # one call preempted: the median of the last three stays low
+    assert rec.best is True and rec.plan() is True
+
+
+def test_a_try_that_is_only_noise_does_not_take_over() -> None:
+    rec = shm._Race(True)
+    times = iter([1.0, 1.1, 0.95, 1.05] * 100)  # both paths alike, within 10%
+    taken = _feed(rec, 200, lambda direct: next(times))
+    assert rec.best is True and taken[100:].count(True) >= 90
+
+
+SLOW = 0.004  # seconds added to every call of the path made slow
+
+
+def _race_job(comm: ringworld.Communicator, slow: str) -> dict[str, Any]:
+    """Many calls of each raced collective, one path slowed; returns the paths taken per call
+    and the wrong results found."""
+    p, r = comm.size, comm.rank
+    paths: list[str] = []
+    race = shm.Arena.race
+
+    def racing(self: shm.Arena, kind: int, nbytes: int, default: bool) -> bool:
+        direct = race(self, kind, nbytes, default)
+        path = "direct" if direct else "window"
+        paths.append(path)
+        if path == slow:
+            time.sleep(SLOW)  # inside rank 0's timing, which starts in race()
+        return direct
+
+    shm.Arena.race = racing  # type: ignore[method-assign]
+    errors: list[str] = []
+    n = 3001  # elements per block (int64: 24 KB, raced from 4 KiB here)
+    taken: dict[str, list[str]] = {}
+    for coll in ("alltoall", "allgather", "reduce_scatter_block"):
+        start = len(paths)
+        for it in range(40):
+            base = np.arange(p * n, dtype=np.int64) * 7 + it * 1_000_003
+            if coll == "alltoall":
+                send = base + r * 100_000_019
+                recv = np.full(p * n, -1, dtype=np.int64)
+                comm.alltoall(send, recv)
+                want = np.concatenate([(base + i * 100_000_019)[r * n : (r + 1) * n]
+                                       for i in range(p)])
+            elif coll == "allgather":
+                send = base[:n] + r * 100_000_019
+                recv = np.full(p * n, -1, dtype=np.int64)
+                comm.allgather(send, recv)
+                want = np.concatenate([base[:n] + i * 100_000_019 for i in range(p)])
+            else:
+                send = base + r * 100_000_019
+                recv = np.full(n, -1, dtype=np.int64)
+                comm.reduce_scatter_block(send, recv)
+                want = sum(base[r * n : (r + 1) * n] + i * 100_000_019 for i in range(p))
+            if not np.array_equal(recv, want):
+                errors.append(f"{coll} call {it} rank {r}: "
+                              f"{np.count_nonzero(recv != want)} wrong")
+        taken[coll] = paths[start:]
+    arena: Any = comm._arena
+    return {"taken": taken, "errors": errors, "direct": bool(arena.direct)}
+
+
+@pytest.mark.parametrize("slow", ["direct", "window"])
+@pytest.mark.parametrize("size", [2, 3])
+def test_every_rank_takes_the_path_rank_0_finds_faster(size: int, slow: str,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shm, "RACE_MIN", (4096, 4096, 4096))  # inherited by the forked ranks
+    results = run_processes(size, _race_job, slow, transport="shm", timeout=120)
+    if not all(res["direct"] for res in results):
+        pytest.skip("this machine does not let ranks read each other's memory")
+    assert [e for res in results for e in res["errors"]] == []
+    fast = "window" if slow == "direct" else "direct"
+    for coll in ("alltoall", "allgather", "reduce_scatter_block"):
+        seqs = [res["taken"][coll] for res in results]
+        assert all(s == seqs[0] for s in seqs), f"{coll}: ranks took different paths: {seqs}"
+        seq = seqs[0]
+        assert len(seq) == 40  # every call raced
+        assert slow in seq[:8], f"{coll}: the slow path was never tried: {seq}"
+        # after the first tries the fast path carries every call but two more tries (at most:
+        # gaps of 4 and 8 calls after the tries lost, then 16)
+        assert seq[12:].count(slow) <= 2 * shm.RACE_TRY, f"{coll}: {seq}"
+        assert fast in seq[-shm.RACE_TRY - 1 :]
+
+
+def _off_job(comm: ringworld.Communicator) -> int:
+    send = np.arange(comm.size * 100_000, dtype=np.int64)
+    recv = np.empty_like(send)
+    for _ in range(3):
+        comm.alltoall(send, recv)
+    arena: Any = comm._arena
+    return len(arena._race_log)
+
+
+def test_race_off_leaves_the_choice_to_the_thresholds(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shm, "RACE", False)
+    monkeypatch.setattr(shm, "RACE_MIN", (4096, 4096, 4096))
+    assert run_processes(2, _off_job, transport="shm", timeout=60) == [0, 0]
