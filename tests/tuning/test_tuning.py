@@ -109,23 +109,34 @@ def test_a_crowded_host_broadcasts_small_vectors_by_tree() -> None:
 
 def test_shared_memory_model_follows_the_algorithms_sizes() -> None:
     from ringworld.algorithms import shm
-    from ringworld.tuning.cost import SHM_CHUNK, SHM_DIRECT, SHM_SMALL
+    from ringworld.tuning.cost import SHM_CHUNK, SHM_DIRECT, SHM_RACE, SHM_SMALL
 
     assert (SHM_CHUNK, SHM_SMALL) == (shm.CHUNK, shm.SMALL)
     assert SHM_DIRECT == {"allreduce": shm.DIRECT_MIN_ALLREDUCE, "bcast": shm.DIRECT_MIN_BCAST,
                           "allgather": shm.DIRECT_MIN_ALLGATHER,
                           "alltoall": shm.DIRECT_MIN_ALLTOALL,
                           "reduce_scatter_block": shm.DIRECT_MIN_REDUCE_SCATTER}
-    # from the direct-read size on, bytes move by kernel reads (counted as read, at read_rate)
-    # instead of through the windows (counted as copied)
-    for coll, size in SHM_DIRECT.items():
+    raced = {"alltoall": shm.RACE_MIN[shm.RACE_ALLTOALL],
+             "allgather": shm.RACE_MIN[shm.RACE_ALLGATHER],
+             "reduce_scatter_block": shm.RACE_MIN[shm.RACE_REDUCE_SCATTER]}
+    assert raced == SHM_RACE
+    # from the direct-read size on (or where the paths race), bytes move by kernel reads
+    # (counted as read, at read_rate) instead of through the windows (counted as copied)
+    c = Constants(step=0, message=0, bandwidth=4e9, reduce_rate=1e20, copy_rate=1e20, sync=0)
+    for coll, direct in SHM_DIRECT.items():
+        size = min(direct, SHM_RACE.get(coll, direct))
         n = size // 2 if coll == "alltoall" else size  # alltoall: the send buffer of 2 ranks
         m = model(coll, "shm")
         assert m is not None
         below, at = m(2, n - 64, 0), m(2, n, 0)
         assert below.read == 0 and below.moved == 0 and at.read >= n / 2, (coll, below, at)
+        if coll in SHM_RACE:  # raced: the faster of the direct reads and the windows
+            assert at.alt is not None and at.alt.read == 0 and at.alt.copied > 0
+            slow = c._replace(copy_rate=1e8)
+            assert at.time(slow) == pytest.approx(at._replace(alt=None).time(slow))
+            assert at.time(c) == pytest.approx(at.alt.time(c))
+            at = at._replace(alt=None)
         # an unfitted read rate is half the bandwidth (which counts both ends of a message)
-        c = Constants(step=0, message=0, bandwidth=4e9, reduce_rate=1e20, copy_rate=1e20, sync=0)
         assert at.time(c) == pytest.approx(at.read / 2e9)
         assert at.time(c._replace(read_rate=8e9)) == pytest.approx(at.read / 8e9)
 

@@ -58,14 +58,19 @@ class Work(NamedTuple):
     copied: float = 0.0
     syncs: float = 0.0  # flag barriers over shared memory
     read: float = 0.0  # bytes the rank reads straight from peers' memory
+    # another way the same call may run, the faster of the two taken (the shared-memory
+    # collectives that race their direct and window paths)
+    alt: Work | None = None
 
     def time(self, c: Constants) -> float:
-        """Predicted seconds under ``c``."""
+        """Predicted seconds under ``c`` (of the faster way, with ``alt``)."""
         t = (self.steps * c.step + self.messages * c.message + self.moved / c.bandwidth
              + self.reduced / c.reduce_rate + self.copied / c.copy_rate)
         if self.read:
             t += self.read / c.reads
-        return t + self.syncs * c.sync if self.syncs else t
+        if self.syncs:
+            t += self.syncs * c.sync
+        return t if self.alt is None else min(t, self.alt.time(c))
 
 
 def _log2(p: int) -> int:
@@ -182,6 +187,9 @@ def _shm(sync_per_chunk: int, copied: float, reduced: float, per_rank: bool = Fa
 # reduce_scatter_block; the model is for ranks with cores of their own.)
 SHM_DIRECT = {"allreduce": 8 << 20, "bcast": 1 << 20, "allgather": 512 << 10,
               "alltoall": 1 << 20, "reduce_scatter_block": 512 << 10}
+# algorithms.shm's RACE_MIN: from these sizes (as above) the direct and window paths race, and
+# calls take whichever rank 0 measured faster: the model predicts the faster of the two
+SHM_RACE = {"alltoall": 512 << 10, "allgather": 256 << 10, "reduce_scatter_block": 256 << 10}
 
 
 def _direct(collective: str, windows: Model) -> Model:
@@ -189,20 +197,25 @@ def _direct(collective: str, windows: Model) -> Model:
     allreduce reads (p-1)/p of the others' inputs and then of their results (3 syncs); bcast
     moves (p-1)/p of the vector (root writing, others reading at once); allgather writes its
     block into p-1 peers and alltoall reads p-1 blocks, and both copy their own;
-    reduce_scatter_block reads its block of p-1 inputs and combines them."""
+    reduce_scatter_block reads its block of p-1 inputs and combines them. Where the two paths
+    race (SHM_RACE), the direct one with the windows as its ``alt``."""
     limit = SHM_DIRECT[collective]
+    race = SHM_RACE.get(collective, math.inf)
 
     def m(p: int, n: float, seg: int) -> Work:
-        if (n * p if collective == "alltoall" else n) < limit:
+        size = n * p if collective == "alltoall" else n
+        if size < min(limit, race):
             return windows(p, n, seg)
         f = (p - 1) / p
         if collective == "allreduce":
-            return Work(0, 0, 0, f * n, 0, syncs=3, read=2 * f * n)
-        if collective == "bcast":
-            return Work(0, 0, 0, syncs=2, read=f * n)
-        if collective == "reduce_scatter_block":  # its block of every other rank's input
-            return Work(0, 0, 0, (p - 1) * n, 0, syncs=2, read=(p - 1) * n)
-        return Work(0, 0, 0, 0, n, syncs=2, read=(p - 1) * n)
+            direct = Work(0, 0, 0, f * n, 0, syncs=3, read=2 * f * n)
+        elif collective == "bcast":
+            direct = Work(0, 0, 0, syncs=2, read=f * n)
+        elif collective == "reduce_scatter_block":  # its block of every other rank's input
+            direct = Work(0, 0, 0, (p - 1) * n, 0, syncs=2, read=(p - 1) * n)
+        else:
+            direct = Work(0, 0, 0, 0, n, syncs=2, read=(p - 1) * n)
+        return direct if size < race else direct._replace(alt=windows(p, n, seg))
     return m
 
 
