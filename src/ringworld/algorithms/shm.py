@@ -109,6 +109,9 @@ DIRECT_MIN_ALLREDUCE = 8 << 20
 # ran at one speed in some jobs (np=2, 1 MiB alltoall: windows 110-148 us, direct 152-174) and
 # 2-3x slower in others, or later in the same job (windows 330-400 us). Raced from half the
 # direct threshold of non-crowded jobs: RACE_MIN[kind], bytes per transfer as the thresholds.
+# Crowded jobs do not race: ranks taking turns on the cores copy at one core's speed either way
+# (np=4 on 2 cores, 1 MiB, same job: raced 0.59-0.96 ms, direct 0.57-0.98, windows 0.57-0.93;
+# the race only added its tries).
 RACE_ALLTOALL, RACE_ALLGATHER, RACE_REDUCE_SCATTER = 0, 1, 2
 RACE_MIN = (DIRECT_MIN_ALLTOALL // 2, DIRECT_MIN_ALLGATHER // 2, DIRECT_MIN_REDUCE_SCATTER // 2)
 RACE = True  # off: the thresholds alone decide (tests force each path this way)
@@ -167,7 +170,8 @@ class Arena:
     def race(self, kind: int, nbytes: int, default: bool) -> bool:
         """Whether this call of collective ``kind`` (RACE_*) takes the direct path.
 
-        ``default`` is what the thresholds say, and the path of a size class's first calls.
+        ``default`` is what the thresholds say, and the path of a size class's first calls
+        (and of every call in a crowded job).
         Rank 0 times every call (see :meth:`raced`) and keeps, per collective and power-of-two
         size class, the last times of each path; the faster path is taken, the other tried
         again now and then, as the machine may change speed (see :class:`_Race`).
@@ -180,7 +184,7 @@ class Arena:
         before call c + 1. Collective: every rank must call it for the same calls. Cost: a few
         microseconds on rank 0.
         """
-        if not RACE or nbytes < RACE_MIN[kind]:
+        if not RACE or nbytes < RACE_MIN[kind] or self.crowded:
             self._racing = None
             return default
         c = self._races[kind]
