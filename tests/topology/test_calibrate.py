@@ -51,6 +51,39 @@ def test_compare_runs_the_real_collectives() -> None:
         assert r.measured > 0 and r.predicted > 0 and math.isfinite(r.ratio)
 
 
+def test_compare_times_the_blocked_collectives_by_their_whole_buffer() -> None:
+    """reduce_scatter_block and alltoall as ``ringworld bench`` sizes them: the whole send
+    buffer, of p blocks (3 ranks: blocks of a third)."""
+    nbytes = 3 * (96 << 10)
+    rows = calibrate.compare(3, [nbytes], ["reduce_scatter_block", "alltoall"], jobs=1)
+    got = {(r.collective, r.algorithm) for r in rows}
+    assert got >= {("reduce_scatter_block", "ring"), ("reduce_scatter_block", "pairwise"),
+                   ("alltoall", "pairwise"), ("alltoall", "bruck")}, got
+    for r in rows:
+        assert r.nbytes == nbytes and r.measured > 0 and math.isfinite(r.ratio), r
+    # the simulated call moves blocks of nbytes / p float32 elements
+    from ringworld.topology.estimate import schedule_time, shm_time
+    from ringworld.topology.sim import Network
+
+    c = constants.DEFAULTS["shm"]
+    topo = calibrate.local_topology(nranks=3, constants=c)
+    for coll in ("alltoall", "reduce_scatter_block"):
+        want = schedule_time(Network(topo, 3), coll, "pairwise", nbytes // 12, 4,
+                             calibrate.SEGMENT_BYTES // 4)
+        assert calibrate.predict(topo, coll, "pairwise", nbytes, 3) == pytest.approx(want)
+    assert calibrate.predict_row(topo, c, "alltoall", "shm", nbytes, 3) == pytest.approx(
+        shm_time(c, "alltoall", 3, nbytes / 3))
+
+
+def test_calibrate_command_refuses_an_unknown_collective() -> None:
+    proc = subprocess.run([sys.executable, "-m", "ringworld", "calibrate", "--compare",
+                           "--collectives", "allreduce,alltoal"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 2
+    assert "--collectives" in proc.stderr and "alltoal" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
 def test_calibrate_command_compare_with_a_constants_file(tmp_path) -> None:
     path = tmp_path / "cal.json"
     calibrate.save(path, {"shm": constants.DEFAULTS["shm"]})

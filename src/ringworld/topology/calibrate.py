@@ -101,17 +101,23 @@ def local_topology(path: str | Path | None = None, nranks: int | None = None,
     return topo.with_ranks(nranks or topo.size)
 
 
+# collectives whose measured size is the whole buffer of p blocks (the simulated call's n is one
+# block): allgather's output, reduce_scatter_block's and alltoall's input
+WHOLE = frozenset({"allgather", "reduce_scatter_block", "alltoall"})
+
+
 def predict(topo: Topology, collective: str, algorithm: str, nbytes: int,
             nranks: int, speedup: float = 1.0) -> float:
     """Simulated seconds of the registry schedule the communicator would run for ``nbytes`` of
-    float32 (for allgather the whole gathered buffer, as the benchmark counts it), with the
-    CPU ranks' byte rates multiplied by ``speedup`` (see :func:`cache_factor`).
+    float32 (for allgather the whole gathered buffer, for reduce_scatter_block and alltoall
+    the whole send buffer, as the benchmark counts them), with the CPU ranks' byte rates
+    multiplied by ``speedup`` (see :func:`cache_factor`).
 
     Raises:
         ValueError: unknown collective or algorithm.
     """
     p = nranks
-    n = max(1, nbytes // (4 * p) if collective == "allgather" else nbytes // 4)
+    n = max(1, nbytes // (4 * p) if collective in WHOLE else nbytes // 4)
     return schedule_time(Network(sped_up(topo, speedup), p), collective, algorithm, n, 4,
                          SEGMENT_BYTES // 4)
 
@@ -126,7 +132,7 @@ def predict_row(topo: Topology, c: Constants, collective: str, algorithm: str, n
         ValueError: unknown collective or algorithm.
     """
     if algorithm == "shm":
-        n = nbytes / nranks if collective == "allgather" else nbytes
+        n = nbytes / nranks if collective in WHOLE else nbytes
         return shm_time(c, collective, nranks, n)
     return predict(topo, collective, algorithm, nbytes, nranks,
                    cache_factor(c, collective, nbytes, nranks))

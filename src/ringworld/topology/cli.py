@@ -34,6 +34,9 @@ from ringworld.topology.model import TopologyError, dump, to_json
 from ringworld.topology.presets import PATTERNS, PRESETS
 from ringworld.tuning.cost import Constants
 
+# what calibrate times by default: the collectives ``ringworld bench`` reports
+DEFAULT_COLLECTIVES = "allreduce,bcast,allgather,reduce_scatter_block,alltoall"
+
 
 def _ms(t: float) -> str:
     return f"{t * 1e3:10.3f} ms" if math.isfinite(t) else "         -   "
@@ -128,7 +131,14 @@ def run_calibrate(args: argparse.Namespace) -> int:
 
     path = args.constants
     c = None
+    from ringworld.topology.measure_rank import ALGORITHMS
+
     collectives = args.collectives.split(",")
+    unknown = [c for c in collectives if c not in ALGORITHMS]
+    if unknown:
+        print(f"ringworld calibrate: --collectives: unknown {', '.join(unknown)} (known: "
+              f"{', '.join(ALGORITHMS)})", file=sys.stderr)
+        return 2
     held_out: list[dict[str, float]] | None = None  # with --fit --compare: measured alongside
     try:
         if args.fit and path:
@@ -245,7 +255,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     c.add_argument("--sizes", type=parse_sizes, default=parse_sizes("1MiB,4MiB,16MiB"))
     c.add_argument("--compare-sizes", type=parse_sizes, default=None,
                    help="sizes for --compare (default: --sizes)")
-    c.add_argument("--collectives", default="allreduce,bcast,allgather")
+    c.add_argument("--collectives", default=DEFAULT_COLLECTIVES,
+                   help=f"comma-separated (default {DEFAULT_COLLECTIVES})")
     c.add_argument("--jobs", type=positive_int, default=3,
                    help="measurement jobs, one after another; each call's time is the median "
                         "over them (one job's times on a shared machine can be 1.5x the "

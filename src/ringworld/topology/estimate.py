@@ -29,9 +29,10 @@ def base(collective: str) -> str:
 
 def working_set(collective: str, nbytes: int, nranks: int) -> float:
     """Bytes the buffers of one call span, over all ranks (send and receive buffers);
-    ``nbytes`` is the vector, or for allgather the whole gathered buffer."""
-    per_rank = {"bcast": nbytes, "allgather": nbytes + nbytes / nranks}.get(collective,
-                                                                            2 * nbytes)
+    ``nbytes`` is the vector, or for allgather the whole gathered buffer, for
+    reduce_scatter_block and alltoall the whole send buffer."""
+    per_rank = {"bcast": nbytes, "allgather": nbytes + nbytes / nranks,
+                "reduce_scatter_block": nbytes + nbytes / nranks}.get(collective, 2 * nbytes)
     return nranks * per_rank
 
 

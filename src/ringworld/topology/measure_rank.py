@@ -4,8 +4,9 @@ Run under ``ringworld run -n N python -m ringworld.topology.measure_rank --sizes
 --collectives allreduce,bcast``; rank 0 prints one line ``RINGWORLD_MEASURE <json>``: a list
 of {collective, algorithm, bytes, seconds}, seconds being the max over ranks of the median
 over interleaved passes of the mean time per call (each timing after a barrier). Sizes are bytes of
-float32 data; for allgather the size is the whole gathered buffer (as in nccl-tests). Over
-shared memory the shared-memory algorithm (``shm``) is timed too.
+float32 data; for allgather the size is the whole gathered buffer, for reduce_scatter_block and
+alltoall the whole send buffer (as in nccl-tests and ``ringworld bench``). Over shared memory the
+shared-memory algorithm (``shm``) is timed too.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ ALGORITHMS: dict[str, tuple[str, ...]] = {
     "bcast": ("binomial", "ring", "scatter_allgather"),
     "allgather": ("ring", "recursive_doubling", "bruck"),
     "reduce": ("binomial", "ring"),
+    "reduce_scatter_block": ("ring", "pairwise"),
+    "alltoall": ("pairwise", "bruck"),
 }
 REPEATS = 5
 TARGET_S = 0.05  # seconds per repeat
@@ -40,6 +43,15 @@ def _op(comm: Any, collective: str, algorithm: str, nbytes: int,
                                        np.empty(blk * p, dtype=np.float32))
         send, out = cache["gather", nbytes]
         return lambda: comm.allgather(send, out, algorithm=algorithm)
+    if collective in ("reduce_scatter_block", "alltoall"):
+        blk = max(1, nbytes // (4 * p))
+        if ("blocks", nbytes) not in cache:
+            cache["blocks", nbytes] = (np.arange(blk * p, dtype=np.float32) % 1021 + comm.rank,
+                                       np.empty(blk * p, dtype=np.float32))
+        send, out = cache["blocks", nbytes]
+        if collective == "alltoall":
+            return lambda: comm.alltoall(send, out, algorithm=algorithm)
+        return lambda: comm.reduce_scatter_block(send, out[:blk], algorithm=algorithm)
     if ("vector", nbytes) not in cache:
         n = max(1, nbytes // 4)
         cache["vector", nbytes] = (np.arange(n, dtype=np.float32) % 1021,
