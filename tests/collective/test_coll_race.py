@@ -184,3 +184,58 @@ def test_race_on_and_not_crowded_races(monkeypatch: pytest.MonkeyPatch) -> None:
     if not results[0][2]:
         pytest.skip("this machine does not let ranks read each other's memory")
     assert [r[:2] for r in results] == [(1, True), (0, True)]  # rank 0 keeps the times
+
+
+def _after_mismatch(comm: ringworld.Communicator) -> dict[str, Any]:
+    """A mismatched alltoall (rank 0 raced, the others below RACE_MIN), then raced calls with
+    the window path (the default at these sizes) slowed, so that rank 0's picks leave it."""
+    p, r = comm.size, comm.rank
+    paths: list[str] = []
+    race = shm.Arena.race
+
+    def racing(self: shm.Arena, kind: int, nbytes: int, default: bool) -> bool:
+        direct = race(self, kind, nbytes, default)
+        if nbytes >= shm.RACE_MIN[kind]:
+            paths.append("direct" if direct else "window")
+            if not direct:
+                time.sleep(SLOW)
+        return direct
+
+    shm.Arena.race = racing  # type: ignore[method-assign]
+    warm = np.zeros(4)
+    comm.allreduce(warm.copy(), warm)
+    arena: Any = comm._arena
+    arena.crowded = False
+    errors: list[str] = []
+    n = 3001
+    for it in range(12):
+        send = np.arange(p * n, dtype=np.int64) + r * 100_000_019 + it
+        recv = np.empty_like(send)
+        comm.alltoall(send, recv)
+    bad = 3001 if r == 0 else 300  # int64 blocks of 24 KB on rank 0, 2.4 KB elsewhere
+    try:
+        comm.alltoall(np.zeros(p * bad, dtype=np.int64), np.zeros(p * bad, dtype=np.int64),
+                      timeout=20)
+        errors.append("no MismatchError")
+    except ringworld.MismatchError:
+        pass
+    start = len(paths)
+    for it in range(30):
+        send = np.arange(p * n, dtype=np.int64) * 3 + r * 100_000_019 + it
+        recv = np.full(p * n, -1, dtype=np.int64)
+        comm.alltoall(send, recv, timeout=20)
+        want = np.concatenate([(np.arange(p * n, dtype=np.int64) * 3 + i * 100_000_019
+                                + it)[r * n : (r + 1) * n] for i in range(p)])
+        if not np.array_equal(recv, want):
+            errors.append(f"call {it} rank {r}: {np.count_nonzero(recv != want)} wrong")
+    return {"errors": errors, "paths": paths[start:], "direct": bool(arena.direct)}
+
+
+def test_ranks_agree_on_the_paths_after_a_mismatch(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shm, "RACE_MIN", (16384, 16384, 16384))
+    results = run_processes(2, _after_mismatch, transport="shm", timeout=120)
+    if not all(res["direct"] for res in results):
+        pytest.skip("this machine does not let ranks read each other's memory")
+    assert [e for res in results for e in res["errors"]] == []
+    assert results[0]["paths"] == results[1]["paths"]
+    assert "direct" in results[0]["paths"]  # the picks left the default (windows)

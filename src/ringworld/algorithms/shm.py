@@ -382,6 +382,10 @@ class Arena:
             at = 8 + 2 * (e & 1)
             for c in self._ctr:
                 if c[at] != sig[0] or c[at + 1] != sig[1]:
+                    # every rank raises here; the calls may have counted raced calls apart
+                    # (sizes on either side of RACE_MIN): count afresh, all reading the same
+                    # pick words (rank 0's last writes, before this sync)
+                    self._races = [0, 0, 0]
                     seen = [(c[at], c[at + 1]) for c in self._ctr]
                     raise MismatchError(
                         f"{self.what}: ranks called it differently (this rank: {sig[2]}, "
