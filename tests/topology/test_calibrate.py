@@ -171,41 +171,6 @@ def test_fit_finds_the_rate_of_direct_reads_apart_from_the_bandwidth() -> None:
     assert f.constants.read_rate == pytest.approx(1e9, rel=0.15)
 
 
-def test_fit_finds_the_memory_rate_that_caps_large_shared_memory_calls() -> None:
-    """Shared-memory calls whose ranks together move more bytes than the memory bus carries
-    take that long, whatever each rank's own rates say; the fit finds the bus's rate."""
-    true = Constants(step=30e-6, message=8e-6, bandwidth=4e9, reduce_rate=3e9, copy_rate=5e9,
-                     sync=8e-6, read_rate=4e9, memory_rate=6e9)
-    topo = calibrate.local_topology(nranks=2, constants=true)
-    rows = [{"collective": coll, "algorithm": algo, "bytes": nb,
-             "seconds": calibrate.predict_row(topo, true, coll, algo, nb, 2)}
-            for coll, algo in [("allreduce", "ring"), ("allgather", "ring"),
-                               ("alltoall", "shm"), ("allgather", "shm"), ("bcast", "shm"),
-                               ("reduce_scatter_block", "shm")]
-            for nb in (1 << 20, 4 << 20, 16 << 20)]
-    unbound = true._replace(memory_rate=0.0)
-    assert any(calibrate.predict_row(topo, unbound, str(r["collective"]), str(r["algorithm"]),
-                                     int(r["bytes"]), 2) < 0.8 * float(r["seconds"])
-               for r in rows)  # the cap binds somewhere
-    f = calibrate.fit(rows, unbound, 2)
-    assert f.worst_after < 0.1
-    assert f.constants.memory_rate == pytest.approx(6e9, rel=0.2)
-
-
-def test_memory_rate_bounds_a_shared_memory_call_from_below() -> None:
-    from ringworld.tuning.cost import Work
-
-    c = Constants(step=0, message=0, bandwidth=1e9, reduce_rate=1e9, copy_rate=1e9, sync=0)
-    w = Work(0, 0, 0, copied=1e6)
-    assert w.time(c, 2) == pytest.approx(1e-3)  # no memory rate: no bound
-    capped = c._replace(memory_rate=1e9)
-    assert w.time(capped) == pytest.approx(1e-3)  # no ranks given: no bound
-    assert w.time(capped, 2) == pytest.approx(4e-3)  # 2 ranks x 1 MB read and written
-    # of two ways, the faster once both are bounded
-    fast_alone = Work(0, 0, 0, copied=3e6, alt=Work(0, 0, 0, copied=1e6, reduced=1.5e6))
-    assert fast_alone.time(capped, 2) == pytest.approx(min(12e-3, 10e-3))
-
-
 def test_fit_finds_the_rendezvous_cost_apart_from_the_step() -> None:
     """Messages above the eager limit pay a handshake; with one of 60 us in the times (and none
     assumed), the fit finds it, and the step cost, from calls with small and large messages."""

@@ -263,7 +263,7 @@ def compare_rows(rows: Sequence[dict[str, float]], nranks: int,
 
 # what fit adjusts: the rates and latencies, and the cache model (see cache_factor)
 FIELDS = ("step", "message", "bandwidth", "reduce_rate", "copy_rate", "read_rate",
-          "rendezvous", "cache_bytes", "cache_speedup", "memory_rate")
+          "rendezvous", "cache_bytes", "cache_speedup")
 
 
 @dataclass(frozen=True, slots=True)
@@ -305,7 +305,7 @@ def fit(rows: Sequence[dict[str, float]], start: Constants, nranks: int,
 
     Raises:
         ValueError: no rows, or a row with a non-positive time.
-    Cost: up to 3 starts x rounds x 10 constants x 4 factors simulations of every row (a few
+    Cost: up to 3 starts x rounds x 9 constants x 4 factors simulations of every row (a few
     ms each): seconds for a few dozen rows.
     """
     if not rows:
@@ -319,9 +319,6 @@ def fit(rows: Sequence[dict[str, float]], start: Constants, nranks: int,
         start = start._replace(read_rate=start.reads)
     if start.rendezvous <= 0:  # a value to scale from (descent can take it down 6x and more)
         start = start._replace(rendezvous=start.step / 4)
-    if start.memory_rate <= 0:  # low enough to bind (where it does not, the error is flat in
-        # it, and descent could not find it): the ranks' copies at their full rate
-        start = start._replace(memory_rate=nranks * start.copy_rate)
     starts = [start]
     if start.cache_bytes <= 0:  # coordinate descent cannot find the cache's step by itself
         llc = float(_cache_size(sysfs))

@@ -119,8 +119,6 @@ def _constants_line(c: Constants) -> str:
         line += f"  read {c.read_rate / 1e9:.2f} GB/s"
     if c.rendezvous > 0:
         line += f"  rendezvous {c.rendezvous * 1e6:.1f} us"
-    if c.memory_rate > 0:
-        line += f"  memory {c.memory_rate / 1e9:.2f} GB/s"
     if c.cache_bytes > 0:
         line += f"  cache {c.cache_bytes / 2**20:.3g} MiB x{c.cache_speedup:.2f}"
     return line

@@ -109,6 +109,5 @@ def shm_time(c: Constants, collective: str, p: int, nbytes: float) -> float:
     f = call_factor(c, collective, p, int(nbytes))
     if f != 1.0:
         c = c._replace(bandwidth=c.bandwidth * f, reduce_rate=c.reduce_rate * f,
-                       copy_rate=c.copy_rate * f, read_rate=c.reads,
-                       memory_rate=c.memory_rate * f)
+                       copy_rate=c.copy_rate * f, read_rate=c.reads)
     return predict(collective, "shm", p, nbytes, c)

@@ -41,10 +41,6 @@ class Constants(NamedTuple):
     # it, reads it from the sender, and tells the sender it is done: a round trip the eager
     # protocol does not make); the simulator's (fitted by `ringworld calibrate --fit`)
     rendezvous: float = 0.0
-    # bytes/s the host's memory moves for all ranks together (fitted by `ringworld calibrate
-    # --fit`; 0: no limit): a shared-memory collective takes at least the bytes every rank
-    # copies, reads and combines, over this rate (they share one memory bus)
-    memory_rate: float = 0.0
 
     @property
     def reads(self) -> float:
@@ -66,21 +62,15 @@ class Work(NamedTuple):
     # collectives that race their direct and window paths)
     alt: Work | None = None
 
-    def time(self, c: Constants, ranks: int = 0) -> float:
-        """Predicted seconds under ``c`` (of the faster way, with ``alt``). With ``ranks``
-        (every rank doing this work at once on one host), at least ``ranks`` times the bytes
-        each copies, reads and combines, twice (read and written; a combination's other
-        operand is usually in the cache), over ``c.memory_rate``."""
+    def time(self, c: Constants) -> float:
+        """Predicted seconds under ``c`` (of the faster way, with ``alt``)."""
         t = (self.steps * c.step + self.messages * c.message + self.moved / c.bandwidth
              + self.reduced / c.reduce_rate + self.copied / c.copy_rate)
         if self.read:
             t += self.read / c.reads
         if self.syncs:
             t += self.syncs * c.sync
-        if ranks and c.memory_rate > 0:
-            traffic = 2 * ranks * (self.copied + self.read + self.reduced)
-            t = max(t, traffic / c.memory_rate)
-        return t if self.alt is None else min(t, self.alt.time(c, ranks))
+        return t if self.alt is None else min(t, self.alt.time(c))
 
 
 def _log2(p: int) -> int:
@@ -260,5 +250,4 @@ def predict(collective: str, algorithm: str, p: int, nbytes: float, c: Constants
     m = model(collective, algorithm)
     if m is None:
         return math.inf
-    # the shared-memory algorithms' ranks all copy at once through one memory
-    return m(p, nbytes, segment).time(c, p if algorithm == "shm" else 0)
+    return m(p, nbytes, segment).time(c)
