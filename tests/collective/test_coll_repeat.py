@@ -154,12 +154,12 @@ def _others(comm: ringworld.Communicator) -> list[str]:
             errors.append(f"reduce_scatter_block max {k}: {out}")
     if p > 1 and comm.last_algorithm != "shm":
         errors.append(f"small reduce_scatter_block ran {comm.last_algorithm}, not shm")
-    # the repeats took the short path (bcast only where shared memory won: on a crowded host
-    # small broadcasts go by tree)
+    # the repeats took the short path (small broadcasts take shared memory on a crowded host
+    # too)
+    if p > 1 and bcast_algo != "shm":
+        errors.append(f"small bcast ran {bcast_algo}, not shm")
     kept = sorted(comm._repeat) if p > 1 else []
-    want_kept = ["allgather", "alltoall", "reduce_scatter_block"]
-    if bcast_algo == "shm":
-        want_kept.insert(2, "bcast")
+    want_kept = ["allgather", "alltoall", "bcast", "reduce_scatter_block"]
     if p > 1 and kept != want_kept:
         errors.append(f"calls kept for repeating: {kept}, expected {want_kept}")
     # dtypes reassigned in place: the float64 values must come through as float64

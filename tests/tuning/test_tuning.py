@@ -94,17 +94,13 @@ def test_ringworld_tune_measures_and_saves(tmp_path: Path) -> None:
     assert 0 < c.step < 1 and 0 < c.sync < 1 and c.bandwidth > 1e7 and c.copy_rate > 1e7
 
 
-def test_a_crowded_host_broadcasts_small_vectors_by_tree() -> None:
+def test_small_broadcasts_take_shared_memory() -> None:
     host = (0, 0, 0, 0)  # simulated on a job-built host, not this machine's /sys
     for s in (Selector(constants.DEFAULTS), Selector(constants.DEFAULTS, simulate=True)):
-        assert s.choose("bcast", 4, 1024, "shm", shm=True, layout=host) == "shm"
-        crowded = s.choose("bcast", 4, 1024, "shm", shm=True, layout=host, crowded=True)
-        assert crowded in REGISTRY["bcast"], crowded
-        # large broadcasts, other collectives and an explicit request keep shared memory
-        for coll, nbytes in (("bcast", 1 << 20), ("allreduce", 1024)):
-            assert s.choose(coll, 4, nbytes, "shm", shm=True, layout=host,
-                            crowded=True) == "shm", coll
-        assert s.choose("bcast", 4, 1024, "shm", "shm", shm=True, crowded=True) == "shm"
+        for coll, nbytes in (("bcast", 1024), ("bcast", 1 << 14), ("bcast", 1 << 20),
+                             ("allreduce", 1024)):
+            assert s.choose(coll, 4, nbytes, "shm", shm=True, layout=host) == "shm", coll
+        assert s.choose("bcast", 4, 1024, "shm", "binomial", shm=True) == "binomial"
 
 
 def test_shared_memory_model_follows_the_algorithms_sizes() -> None:

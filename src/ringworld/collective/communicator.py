@@ -100,8 +100,7 @@ class Communicator(ObjectCollectives):
                   and self.size <= shm.MAX_RANKS and self.supports_shared_memory)
         name = self.selector.choose(collective, self.size, nbytes, self.transport, algorithm,
                                     commutative=commutative, equal_blocks=equal_blocks,
-                                    shm=shm_ok, layout=self._layout,
-                                    crowded=self._engine.crowded)
+                                    shm=shm_ok, layout=self._layout)
         self.last_algorithm = name
         return name
 

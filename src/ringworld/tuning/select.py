@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from ringworld.algorithms.registry import REGISTRY, Algorithm, algorithm
 from ringworld.errors import ConfigError
-from ringworld.tuning.cost import SHM_MODELS, SHM_SMALL, Constants, model, predict
+from ringworld.tuning.cost import SHM_MODELS, Constants, model, predict
 
 if TYPE_CHECKING:
     from ringworld.topology.tuner import Layout, Simulated
@@ -145,14 +145,13 @@ class Selector:
     def choose(self, collective: str, p: int, nbytes: float, transport: str,
                requested: str | None = None, *, commutative: bool = True,
                equal_blocks: bool = True, shm: bool = False,
-               layout: Layout | None = None, crowded: bool = False) -> str:
+               layout: Layout | None = None) -> str:
         """The algorithm to run (``layout``: see :meth:`explain`).
 
-        ``crowded``: the job's ranks outnumber this host's cores. A small broadcast then does
-        not take the shared-memory path: its one flag barrier needs every rank scheduled,
-        while the binomial tree's root runs ahead (4 ranks on 2 cores, back-to-back calls:
-        1 KiB 140-223 us against 48-108 us, 16 KiB on 3 ranks 124 against 76; from 128 KiB
-        the shared-memory path wins again).
+        Where ranks outnumber cores a small broadcast takes the shared-memory path too: since
+        its waits yield the core at once (see ``comm.engine``), its one flag barrier beats the
+        binomial tree whose root runs ahead (``ringworld bench bcast``, 1 KiB: np=4 on 2 cores
+        55 us against 117-136, np=3 33 against 82, np=8 227 against 273).
 
         Raises:
             ValueError: ``requested`` is unknown, or cannot run this call (e.g. a
@@ -187,8 +186,6 @@ class Selector:
                                      f"run a non-commutative op; use one of {ok}")
                 raise ValueError(f"algorithm={name!r} needs equal blocks on every rank")
             # forced job-wide (RINGWORLD_ALGORITHMS) but unable to run this call: choose freely
-        if crowded and shm and collective == "bcast" and nbytes <= SHM_SMALL:
-            shm = False  # a free choice only: algorithm="shm" still runs it (above)
         key = (collective, p, nbytes, transport, commutative, equal_blocks, shm, layout)
         found = self._memo.get(key)
         if found is None:
