@@ -136,8 +136,7 @@ class Arena:
         views = comm.map_shared(base + 2 * span, "arena", barrier)
         # word 0: the sync counter; words 8..11: two call signatures (bytes, kind) by parity;
         # words 12, 13: where in area 0 / 1 the data starts (see place()); words 24, 25: the
-        # buffers peers may read directly (see publish()); word 26: the direct-read verdict;
-        # word 14: whether the rank's ranks outnumber its cores (agreed, see _probe_direct).
+        # buffers peers may read directly (see publish()); word 26: the direct-read verdict.
         # memoryviews: indexing one gives a plain int, the cheapest read in a spin loop
         self._ctr = [v[:HEADER].cast("q") for v in views]
         self._mine = self._ctr[comm.rank]
@@ -157,8 +156,9 @@ class Arena:
         # counter checks in sync() before the general wait; none when ranks outnumber cores
         # (the awaited rank may need this one's core)
         self._inline_spin = 0 if comm.oversubscribed else INLINE_SPIN
-        # ranks share cores (direct copies start later); agreed by the probe where direct
-        # copies run, since it picks between paths that every rank must take alike
+        # ranks share cores (direct copies start later): every rank has the same answer (the
+        # ranks' core counts are exchanged at start-up), as it picks between paths that every
+        # rank must take alike
         self.crowded = comm.oversubscribed
         self.direct = self._probe_direct()
         self._races = [0, 0, 0]  # raced calls so far, by collective (the same on every rank)
@@ -217,9 +217,7 @@ class Arena:
 
         Each rank publishes a private word and a mailbox; every rank reads every peer's word
         and writes its mark into every peer's mailbox; the verdicts are combined through the
-        counters, so no rank uses direct copies unless all can. ``crowded`` is agreed the same
-        way (true if any rank's ranks outnumber its cores: each rank counts the cores its own
-        affinity allows, which may differ), as it decides between direct and window paths.
+        counters, so no rank uses direct copies unless all can.
         """
         comm = self.comm
         if not comm.supports_peer_reads:
@@ -249,10 +247,8 @@ class Arena:
         if any(int(box[i]) != i + 1 for i in range(comm.size) if i != me):
             ok = 0
         self._mine[26] = ok
-        self._mine[14] = int(self.crowded)
         self.sync()
         verdict = all(c[26] == 1 for c in self._ctr)
-        self.crowded = any(c[14] for c in self._ctr)
         self.sync()  # everyone has read the tokens (and verdicts) before they go away
         return verdict
 
