@@ -49,6 +49,18 @@ def test_race_elects_the_faster_path_and_keeps_it() -> None:
     assert rec.gap == shm.RACE_LAST
 
 
+def test_tries_of_a_much_slower_path_are_rare() -> None:
+    rec = shm._Race(True)
+    taken = _feed(rec, 600, lambda direct: 1.0 if direct else 2.0)
+    # the first try, then gaps of at least RACE_TRY * (2 - 1) / RACE_COST calls
+    assert taken[: 2 * shm.RACE_TRY + 2].count(False) == shm.RACE_TRY
+    spent = taken.count(False)
+    assert spent <= shm.RACE_TRY * (1 + 600 * shm.RACE_COST / shm.RACE_TRY), taken
+    assert spent * (2.0 - 1.0) <= 600 * 2 * shm.RACE_COST  # the time lost to tries
+    rec = shm._Race(True)  # a near tie: tried far more often
+    assert _feed(rec, 600, lambda direct: 1.0 if direct else 1.05).count(False) > spent
+
+
 def test_race_follows_the_machine_when_it_changes_speed() -> None:
     rec = shm._Race(True)
     speeds = {"window": 1.0}

@@ -48,6 +48,7 @@ same shapes and dtypes): 0.13 us a call where ``np.copyto`` costs 0.44.
 
 from __future__ import annotations
 
+import math
 import os
 import zlib
 from collections.abc import Callable, Collection, Sequence
@@ -118,7 +119,11 @@ RACE = True  # off: the thresholds alone decide (tests force each path this way)
 RACE_WORD = 16  # header words 16..21: rank 0's picks, by collective and call parity
 RACE_KEEP = 3  # times kept per path: the estimate is their median
 RACE_TRY = 2  # calls of a try of the slower path
-RACE_FIRST, RACE_LAST = 4, 64  # calls between tries (doubling while the tried path loses)
+RACE_FIRST, RACE_LAST = 4, 256  # calls between tries (growing while the tried path loses)
+# a lost try sets the gap to at least what keeps the tries' expected cost under this fraction
+# of the time (np=2 alltoall at 16-64 MiB, where the windows took 2x the direct path's time:
+# 10 of 165 calls on the windows with plain doubling up to 64, a 6% loss; now 4)
+RACE_COST = 0.02
 SMALL = 16384
 CHUNK = 2 << 20
 INLINE_SPIN = 256  # a few microseconds of counter checks (see Arena.sync)
@@ -421,9 +426,10 @@ class Arena:
 class _Race:
     """Rank 0's times of the two paths of one collective at one size class (see Arena.race).
 
-    Calls take the best path; every ``gap`` calls (RACE_FIRST, doubling while the other keeps
-    losing, up to RACE_LAST) a *try* runs RACE_TRY calls of the other, which takes over if
-    their mean beats the median of the best's last RACE_KEEP times by 10%. A try also starts at
+    Calls take the best path; every ``gap`` calls (RACE_FIRST, at least doubling while the other
+    keeps losing, and long enough that tries cost at most RACE_COST of the time, up to
+    RACE_LAST) a *try* runs RACE_TRY calls of the other, which takes over if their mean beats
+    the median of the best's last RACE_KEEP times by 10%. A try also starts at
     once when the best's median grows past the other's last known median (the machine slowed
     the best down).
     """
@@ -464,13 +470,14 @@ class _Race:
             self.fresh.append(seconds)
             if len(self.fresh) < RACE_TRY:
                 return
-            won = sum(self.fresh) / len(self.fresh) < 0.9 * _median(self.times[self.best])
+            ratio = sum(self.fresh) / len(self.fresh) / _median(self.times[self.best])
             self.fresh = []
-            if won:
+            if ratio < 0.9:
                 self.best = direct
                 self.gap = RACE_FIRST
-            else:
-                self.gap = min(2 * self.gap, RACE_LAST)
+            else:  # a try costs RACE_TRY * (ratio - 1) calls' time: spread it over the gap
+                self.gap = min(max(2 * self.gap, math.ceil(RACE_TRY * (ratio - 1) / RACE_COST)),
+                               RACE_LAST)
             self.wait = self.gap
         elif self.times[not direct] and not self.trying and (
                 0.9 * _median(t) > _median(self.times[not direct])):
