@@ -189,6 +189,27 @@ def test_fit_finds_the_rendezvous_cost_apart_from_the_step() -> None:
     assert f.constants.step == pytest.approx(30e-6, rel=0.25)
 
 
+def test_fit_finds_the_cost_of_a_call_apart_from_its_steps() -> None:
+    """Each call costs a fixed part (argument checks, bookkeeping) besides its steps; with 40 us
+    of it in the times (and none assumed), the fit finds it from calls of one step and of many
+    (pipelined segments) and from the shared-memory ones (no steps)."""
+    true = Constants(step=10e-6, message=4e-6, bandwidth=8e9, reduce_rate=6e9, copy_rate=9e9,
+                     sync=3e-6, read_rate=6e9, rendezvous=3e-6, call=40e-6)
+    topo = calibrate.local_topology(nranks=2, constants=true)
+    rows = [{"collective": coll, "algorithm": algo, "bytes": nb,
+             "seconds": calibrate.predict_row(topo, true, coll, algo, nb, 2)}
+            for coll, algo in [("allreduce", "recursive_doubling"), ("bcast", "ring"),
+                               ("bcast", "binomial"), ("allgather", "shm"),
+                               ("reduce_scatter_block", "shm")]
+            for nb in (64 << 10, 1 << 20, 4 << 20, 16 << 20)]
+    assert calibrate.predict_row(topo, true, "bcast", "ring", 16 << 20, 2) > \
+        calibrate.predict_row(topo, true._replace(call=0.0), "bcast", "ring", 16 << 20, 2)
+    f = calibrate.fit(rows, true._replace(call=0.0), 2)
+    assert f.worst_before > 0.2  # the small calls, predicted without their fixed part
+    assert f.worst_after < 0.1
+    assert f.constants.call == pytest.approx(40e-6, rel=0.25)
+
+
 def test_calibrate_command_fits_saves_and_compares(tmp_path) -> None:
     path = tmp_path / "fit.json"
     proc = subprocess.run([sys.executable, "-m", "ringworld", "calibrate", "--fit", "--save",

@@ -134,8 +134,8 @@ def predict_row(topo: Topology, c: Constants, collective: str, algorithm: str, n
     if algorithm == "shm":
         n = nbytes / nranks if collective in WHOLE else nbytes
         return shm_time(c, collective, nranks, n)
-    return predict(topo, collective, algorithm, nbytes, nranks,
-                   cache_factor(c, collective, nbytes, nranks))
+    return c.call + predict(topo, collective, algorithm, nbytes, nranks,
+                            cache_factor(c, collective, nbytes, nranks))
 
 
 def measure_collectives(nranks: int, sizes: Sequence[int], collectives: Sequence[str],
@@ -263,7 +263,7 @@ def compare_rows(rows: Sequence[dict[str, float]], nranks: int,
 
 # what fit adjusts: the rates and latencies, and the cache model (see cache_factor)
 FIELDS = ("step", "message", "bandwidth", "reduce_rate", "copy_rate", "read_rate",
-          "rendezvous", "cache_bytes", "cache_speedup")
+          "rendezvous", "cache_bytes", "cache_speedup", "call")
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,6 +319,8 @@ def fit(rows: Sequence[dict[str, float]], start: Constants, nranks: int,
         start = start._replace(read_rate=start.reads)
     if start.rendezvous <= 0:  # a value to scale from (descent can take it down 6x and more)
         start = start._replace(rendezvous=start.step / 4)
+    if start.call <= 0:
+        start = start._replace(call=start.step / 4)
     starts = [start]
     if start.cache_bytes <= 0:  # coordinate descent cannot find the cache's step by itself
         llc = float(_cache_size(sysfs))

@@ -119,6 +119,8 @@ def _constants_line(c: Constants) -> str:
         line += f"  read {c.read_rate / 1e9:.2f} GB/s"
     if c.rendezvous > 0:
         line += f"  rendezvous {c.rendezvous * 1e6:.1f} us"
+    if c.call > 0:
+        line += f"  call {c.call * 1e6:.1f} us"
     if c.cache_bytes > 0:
         line += f"  cache {c.cache_bytes / 2**20:.3g} MiB x{c.cache_speedup:.2f}"
     return line
@@ -257,10 +259,10 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
                    help="sizes for --compare (default: --sizes)")
     c.add_argument("--collectives", default=DEFAULT_COLLECTIVES,
                    help=f"comma-separated (default {DEFAULT_COLLECTIVES})")
-    c.add_argument("--jobs", type=positive_int, default=3,
+    c.add_argument("--jobs", type=positive_int, default=5,
                    help="measurement jobs, one after another; each call's time is the median "
                         "over them (one job's times on a shared machine can be 1.5x the "
-                        "next one's; default 3)")
+                        "next one's; default 5)")
     c.add_argument("--json", metavar="FILE", help="with --compare: write the rows as JSON")
     c.add_argument("--plot", metavar="PNG", help="with --compare: chart predicted against "
                    "measured (needs matplotlib)")

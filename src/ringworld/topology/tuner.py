@@ -110,9 +110,11 @@ class Simulated:
         found = self._points.get((*key, n))
         if found is None:
             collective, algorithm, p, transport, layout, bw = key
-            speed = call_factor(self._constants(transport), collective, p, n)
-            found = float(schedule_time(self._net(p, transport, layout, bw, speed), collective,
-                                        algorithm, n, 1, self.segment))
+            c = self._constants(transport)
+            speed = call_factor(c, collective, p, n)
+            # the call's fixed part, as shm_seconds counts it (Work.time), so they compare alike
+            found = c.call + float(schedule_time(self._net(p, transport, layout, bw, speed),
+                                                 collective, algorithm, n, 1, self.segment))
             self._points[(*key, n)] = found
         return found
 

@@ -41,6 +41,10 @@ class Constants(NamedTuple):
     # it, reads it from the sender, and tells the sender it is done: a round trip the eager
     # protocol does not make); the simulator's (fitted by `ringworld calibrate --fit`)
     rendezvous: float = 0.0
+    # s: the rest of a shared-memory collective call (argument checks, the call's bookkeeping,
+    # the ranks' arrival skew at its first sync) on top of its syncs and copies; the
+    # simulator's (fitted by `ringworld calibrate --fit`)
+    call: float = 0.0
 
     @property
     def reads(self) -> float:
@@ -64,7 +68,7 @@ class Work(NamedTuple):
 
     def time(self, c: Constants) -> float:
         """Predicted seconds under ``c`` (of the faster way, with ``alt``)."""
-        t = (self.steps * c.step + self.messages * c.message + self.moved / c.bandwidth
+        t = (c.call + self.steps * c.step + self.messages * c.message + self.moved / c.bandwidth
              + self.reduced / c.reduce_rate + self.copied / c.copy_rate)
         if self.read:
             t += self.read / c.reads
