@@ -2,7 +2,8 @@
 
 Each rank of the communicator owns a window (mapped by all, see ``map_shared``)::
 
-    [ counter (own cache line) | pad to 4 KiB | slot 0, slot 1 (SMALL each) | area 0 | area 1 ]
+    [ counter (own cache line) | pad to 4 KiB | slot 0, slot 1 (SMALL each) | area 0 | area 1
+      | eager broadcast ring (EAGER_RING entries of SMALL) ]
 
 A *sync* is a flag barrier: a rank stores its epoch in its counter and waits until every
 counter has reached it (x86 stores become visible in program order, so data written before
@@ -42,7 +43,9 @@ Small messages (at most SMALL bytes per rank) take one sync: every rank writes i
 slot ``epoch % 2``, syncs, and reads what it needs from everyone's slot; a rank reusing a slot
 two syncs later knows everyone has passed the sync in between, so has finished reading it.
 Allreduce then has every rank combine all p inputs in rank order (same operands, same order:
-identical results); a barrier is just a sync. These paths copy by assignment (``dst[...] = src``,
+identical results); a barrier is just a sync. Small broadcasts take no sync at all: the root
+stamps its data into a ring in its window and returns, the others copy it out when they get
+there (see ``Arena.eager_bcast``). These paths copy by assignment (``dst[...] = src``,
 same shapes and dtypes): 0.13 us a call where ``np.copyto`` costs 0.44.
 """
 
@@ -125,6 +128,12 @@ RACE_FIRST, RACE_LAST = 4, 256  # calls between tries (growing while the tried p
 # 10 of 165 calls on the windows with plain doubling up to 64, a 6% loss; now 4)
 RACE_COST = 0.02
 SMALL = 16384
+# small broadcasts go through a ring of this many entries (SMALL bytes each) in the root's
+# window, without a sync: the root returns once its data is in the ring (see Arena.eager_bcast)
+EAGER_RING = 8
+EAGER_DONE = 23  # header word: the eager broadcasts this rank has finished
+EAGER_STAMP = 32  # header words 32 ..: per ring entry, (broadcast number << 32) | its signature
+SEQ_MASK = 0x7FFFFFFF
 CHUNK = 2 << 20
 INLINE_SPIN = 256  # a few microseconds of counter checks (see Arena.sync)
 
@@ -138,7 +147,7 @@ class Arena:
         self.chunk = chunk
         base = HEADER + 2 * SMALL
         span = chunk + PAGE  # an area: a chunk, placed at any offset within a page
-        views = comm.map_shared(base + 2 * span, "arena", barrier)
+        views = comm.map_shared(base + 2 * span + EAGER_RING * SMALL, "arena", barrier)
         # word 0: the sync counter; words 8..11: two call signatures (bytes, kind) by parity;
         # words 12, 13: where in area 0 / 1 the data starts (see place()); words 24, 25: the
         # buffers peers may read directly (see publish()); word 26: the direct-read verdict.
@@ -152,6 +161,13 @@ class Arena:
         self._areas = [(np.frombuffer(v, dtype=np.uint8, count=span, offset=base),
                         np.frombuffer(v, dtype=np.uint8, count=span, offset=base + span))
                        for v in views]
+        self._ring = [np.frombuffer(v, dtype=np.uint8, count=EAGER_RING * SMALL,
+                                    offset=base + 2 * span) for v in views]
+        self._ring_cache: dict[tuple[int, int, np.dtype[Any], int], Array] = {}
+        self._others = [v for i, v in enumerate(self._ctr) if i != comm.rank]
+        self._ring_done = 0  # every rank has finished the eager broadcasts up to this one
+        self._bseq = 0  # eager broadcasts so far (the same on every rank)
+        self._bhash = 0  # a hash of their roots and signatures, checked at every sync
         self._epoch = 0
         self._what = ("", "", 0)
         self.timeout: float | None = None
@@ -355,7 +371,7 @@ class Arena:
         if sig is not None:
             at = 8 + 2 * (e & 1)  # by parity: a rank may announce its next call meanwhile
             mine[at] = sig[0]
-            mine[at + 1] = sig[1]
+            mine[at + 1] = sig[1] | self._bhash << 32  # and the eager broadcasts before it
         mine[0] = e
         self.comm.wake_peers()
 
@@ -381,18 +397,128 @@ class Arena:
         if sig is not None:
             self._sig = None
             at = 8 + 2 * (e & 1)
+            word = sig[1] | self._bhash << 32
             for c in self._ctr:
-                if c[at] != sig[0] or c[at + 1] != sig[1]:
+                if c[at] != sig[0] or c[at + 1] != word:
                     # every rank raises here; the calls may have counted raced calls apart
                     # (sizes on either side of RACE_MIN): count afresh, all reading the same
                     # pick words (rank 0's last writes, before this sync)
                     self._races = [0, 0, 0]
                     seen = [(c[at], c[at + 1]) for c in self._ctr]
+                    if all(b == sig[0] and k & 0xFFFFFFFF == sig[1] for b, k in seen):
+                        raise MismatchError(
+                            f"{self.what}: the ranks made different small broadcasts before "
+                            f"it (roots, sizes or types differ; this rank made "
+                            f"{self._bseq}); per rank, a hash of them: "
+                            + ", ".join(f"rank {i}: {k >> 32:08x}"
+                                        for i, (_, k) in enumerate(seen)))
                     raise MismatchError(
                         f"{self.what}: ranks called it differently (this rank: {sig[2]}, "
                         f"{sig[0]} bytes); per rank (bytes, call signature): "
-                        + ", ".join(f"rank {i}: ({b}, {k:08x})"
+                        + ", ".join(f"rank {i}: ({b}, {k & 0xFFFFFFFF:08x})"
                                     for i, (b, k) in enumerate(seen)))
+
+    def eager_bcast(self, buf: Array, root: int) -> None:
+        """Broadcast ``buf`` (at most SMALL bytes) through ``root``'s ring, without a sync.
+
+        Broadcast number s (counted alike on every rank) uses entry s % EAGER_RING of the
+        root's ring. The root waits until every rank has finished broadcast s - EAGER_RING
+        (header word EAGER_DONE), copies ``buf`` into the entry and stamps it (header word
+        EAGER_STAMP + entry: s and the call's signature), and returns; the others wait for the
+        stamp, check that the signature is theirs, copy the entry out and count the broadcast
+        done. x86 stores become visible in program order, so a stamp seen means its data is
+        there, and a count seen means the entry has been read. A root thus runs up to
+        EAGER_RING broadcasts ahead of the slowest rank instead of waiting for all of them
+        every call, as MPI allows.
+
+        Disagreements fail as MismatchError: a rank whose root has reached a sync without
+        stamping the entry (it called something else), a stamp with another signature (other
+        size, type or root), two ranks stamping one broadcast (both think they are its root:
+        seen by the second at once, or at the next sync, whose signatures carry a hash of every
+        rank's broadcasts so far).
+
+        Raises:
+            Timeout, PeerFailure: as :meth:`sync` (a rank stopped taking broadcasts, or the
+            root stopped sending them).
+            MismatchError: as above.
+        Cost: one copy in (root) or out (others) and a few shared-memory reads.
+        """
+        s = self._bseq + 1
+        e = s % EAGER_RING
+        sig = self._sig
+        self._sig = None  # no sync checks this call
+        assert sig is not None, "begin() names the call first"
+        mark = (sig[1] ^ (sig[0] * 0x9E3779B1)) & 0xFFFFFFFF
+        stamp = (s & SEQ_MASK) << 32 | mark
+        me = self.comm.rank
+        ctr = self._ctr
+        word = EAGER_STAMP + e
+        if me == root:
+            if s - EAGER_RING > self._ring_done:  # the entry may not have been read yet
+                self._ring_space(s - EAGER_RING)
+            self._entry(me, e, buf)[...] = buf
+            self._mine[word] = stamp
+            want = s & SEQ_MASK
+            for c in self._others:
+                if c[word] >> 32 == want:  # (of two such roots, the later one sees it)
+                    them = [i for i, d in enumerate(ctr) if i != me and d[word] >> 32 == want]
+                    raise MismatchError(f"{self.what}: ranks {me} and {them[0]} both called "
+                                        f"it as the root")
+        else:
+            src = ctr[root]
+            want = s & SEQ_MASK
+            if src[word] >> 32 != want:
+                epoch = self._epoch
+
+                def stamped() -> bool:
+                    # the root's sync counter first: once it is past this rank's, the stamp
+                    # (stored before it) is visible if the root made this broadcast at all
+                    moved = src[0] > epoch
+                    return src[word] >> 32 == want or moved
+
+                self._eager_wait(stamped, lambda: [root], f"rank {root}'s broadcast {s}")
+            got = src[word]
+            if got != stamp:
+                if got >> 32 != want:
+                    raise MismatchError(
+                        f"{self.what}: rank {root}, its root, went on to another collective "
+                        f"without making this broadcast (ranks called different collectives)")
+                raise MismatchError(
+                    f"{self.what}: rank {root} broadcast something else (size, type or root "
+                    f"differ: signature {got & 0xFFFFFFFF:08x} against this rank's {mark:08x})")
+            buf[...] = self._entry(root, e, buf)
+        self._mine[EAGER_DONE] = s
+        self._bseq = s
+        self._bhash = (self._bhash * 1000003 + (root + 1) * 0x9E3779B1 + mark) & SEQ_MASK
+        self.comm.wake_peers()
+
+    def _ring_space(self, need: int) -> None:
+        """Wait until every rank has finished broadcast ``need``; note how far all have got
+        (so that the next EAGER_RING - 1 calls or so need not look)."""
+        ctr = self._ctr
+        if any(c[EAGER_DONE] < need for c in ctr):
+            self._eager_wait(lambda: all(c[EAGER_DONE] >= need for c in ctr),
+                             lambda: [i for i, c in enumerate(ctr) if c[EAGER_DONE] < need],
+                             f"rank(s) to take broadcast {need} out of the ring")
+        self._ring_done = min(c[EAGER_DONE] for c in ctr)
+
+    def _entry(self, rank: int, e: int, like: Array) -> Array:
+        """Entry ``e`` of ``rank``'s eager ring, as ``like``'s dtype and size (cached)."""
+        key = (rank, e, like.dtype, like.size)
+        view = self._ring_cache.get(key)
+        if view is None:
+            if len(self._ring_cache) > 1024:
+                self._ring_cache.clear()
+            lo = e * SMALL
+            view = self._ring_cache[key] = self._ring[rank][lo : lo + like.nbytes].view(
+                like.dtype)
+        return view
+
+    def _eager_wait(self, cond: Callable[[], bool], missing: Callable[[], list[int]],
+                    what: str) -> None:
+        ranks = self.comm.world_ranks
+        self.comm.spin_until(cond, self.timeout, lambda: f"{self.what}, waiting for {what}",
+                             lambda: [ranks[i] for i in missing()])
 
     @property
     def counters(self) -> list[memoryview]:
@@ -666,16 +792,11 @@ def reduce(a: Arena, send: Array, recv: Array, op: Op, root: int) -> None:
 
 
 def bcast(a: Arena, buf: Array, root: int) -> None:
-    """Broadcast through the root's window, double-buffered: one sync per chunk."""
+    """Broadcast: small ones through the root's eager ring (no sync), large ones by direct
+    copies or streamed through the root's window."""
     r = a.comm.rank
-    dt = buf.dtype
     if buf.nbytes <= SMALL:
-        sl = a.slots(a.next_parity(), dt, buf.size)
-        if r == root:
-            sl[r][...] = buf
-        a.sync()
-        if r != root:
-            buf[...] = sl[root]
+        a.eager_bcast(buf if buf.ndim == 1 else buf.reshape(-1), root)
         return
     if a.direct and buf.nbytes >= DIRECT_MIN_BCAST:
         # every rank publishes its buffer; the root, idle otherwise, writes the first 1/p of
