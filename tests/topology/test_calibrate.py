@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 
@@ -97,6 +98,11 @@ def test_calibrate_command_compare_with_a_constants_file(tmp_path) -> None:
     assert "predictions within 25% of the measured median of 2 job(s)" in proc.stdout
     rows = json.loads(out.read_text())
     assert {r["algorithm"] for r in rows} == {"ring", "recursive_doubling", "bruck", "shm"}
+    by_algo = re.search(r"by algorithm: ring (\d) of 1, recursive_doubling (\d) of 1, "
+                        r"bruck (\d) of 1, shm (\d) of 1", proc.stdout)
+    assert by_algo, proc.stdout
+    near = [abs(r["ratio"] - 1) <= 0.25 for r in rows]
+    assert [int(k) for k in by_algo.groups()] == [int(x) for x in near]
     assert all(r["job_spread"] >= 1.0 for r in rows)
 
 

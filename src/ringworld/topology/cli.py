@@ -188,14 +188,22 @@ def run_calibrate(args: argparse.Namespace) -> int:
     except (RuntimeError, ConfigError) as exc:
         print(f"ringworld calibrate: {exc}", file=sys.stderr)
         return 1
-    print(f"{'collective':<11}{'algorithm':<20}{'bytes':>10}{'predicted':>14}{'measured':>14}"
+    w = max([len("collective"), *(len(r.collective) for r in rows)]) + 1
+    print(f"{'collective':<{w}}{'algorithm':<20}{'bytes':>10}{'predicted':>14}{'measured':>14}"
           f"{'pred/meas':>10}{'job spread':>12}")
     for r in rows:
-        print(f"{r.collective:<11}{r.algorithm:<20}{r.nbytes:>10}{_ms(r.predicted)}"
+        print(f"{r.collective:<{w}}{r.algorithm:<20}{r.nbytes:>10}{_ms(r.predicted)}"
               f"{_ms(r.measured)}{r.ratio:10.2f}{r.spread:11.2f}x")
     near = sum(1 for r in rows if abs(r.ratio - 1) <= 0.25)
     print(f"{near} of {len(rows)} predictions within 25% of the measured median of "
           f"{args.jobs} job(s)")
+    by_algo: dict[str, list[int]] = {}
+    for r in rows:
+        got = by_algo.setdefault(r.algorithm, [0, 0])
+        got[0] += abs(r.ratio - 1) <= 0.25
+        got[1] += 1
+    print("  by algorithm: " + ", ".join(f"{a} {k} of {n}" for a, (k, n) in by_algo.items())
+          + (" (shm: what blocking calls on one host run)" if "shm" in by_algo else ""))
     if args.plot:
         from ringworld.topology.plot import PlotUnavailable, plot_comparison
 
