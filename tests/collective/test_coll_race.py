@@ -190,6 +190,13 @@ def test_no_race_when_off_or_crowded(race: bool, crowded: bool,
     assert [r[:2] for r in results] == [(0, True), (0, True)]
 
 
+def test_no_race_from_race_max_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shm, "RACE_MIN", (4096, 4096, 4096))
+    monkeypatch.setattr(shm, "RACE_MAX", 64 << 10)  # the job's alltoall moves 1.6 MB per rank
+    results = run_processes(2, _off_job, False, transport="shm", timeout=60)
+    assert [r[:2] for r in results] == [(0, True), (0, True)]
+
+
 def test_race_on_and_not_crowded_races(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(shm, "RACE_MIN", (4096, 4096, 4096))
     results = run_processes(2, _off_job, False, transport="shm", timeout=60)

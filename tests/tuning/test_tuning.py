@@ -105,7 +105,7 @@ def test_small_broadcasts_take_shared_memory() -> None:
 
 def test_shared_memory_model_follows_the_algorithms_sizes() -> None:
     from ringworld.algorithms import shm
-    from ringworld.tuning.cost import SHM_CHUNK, SHM_DIRECT, SHM_RACE, SHM_SMALL
+    from ringworld.tuning.cost import SHM_CHUNK, SHM_DIRECT, SHM_RACE, SHM_RACE_MAX, SHM_SMALL
 
     assert (SHM_CHUNK, SHM_SMALL) == (shm.CHUNK, shm.SMALL)
     assert SHM_DIRECT == {"allreduce": shm.DIRECT_MIN_ALLREDUCE, "bcast": shm.DIRECT_MIN_BCAST,
@@ -115,7 +115,7 @@ def test_shared_memory_model_follows_the_algorithms_sizes() -> None:
     raced = {"alltoall": shm.RACE_MIN[shm.RACE_ALLTOALL],
              "allgather": shm.RACE_MIN[shm.RACE_ALLGATHER],
              "reduce_scatter_block": shm.RACE_MIN[shm.RACE_REDUCE_SCATTER]}
-    assert raced == SHM_RACE
+    assert raced == SHM_RACE and SHM_RACE_MAX == shm.RACE_MAX
     # from the direct-read size on (or where the paths race), bytes move by kernel reads
     # (counted as read, at read_rate) instead of through the windows (counted as copied)
     c = Constants(step=0, message=0, bandwidth=4e9, reduce_rate=1e20, copy_rate=1e20, sync=0)
@@ -128,6 +128,8 @@ def test_shared_memory_model_follows_the_algorithms_sizes() -> None:
         assert below.read == 0 and below.moved == 0 and at.read >= n / 2, (coll, below, at)
         if coll in SHM_RACE:  # raced: the faster of the direct reads and the windows
             assert at.alt is not None and at.alt.read == 0 and at.alt.copied > 0
+            top = SHM_RACE_MAX // 2 if coll == "alltoall" else SHM_RACE_MAX
+            assert m(2, top - 64, 0).alt is not None and m(2, top, 0).alt is None, coll
             slow = c._replace(copy_rate=1e8)
             assert at.time(slow) == pytest.approx(at._replace(alt=None).time(slow))
             assert at.time(c) == pytest.approx(at.alt.time(c))

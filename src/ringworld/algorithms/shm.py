@@ -118,6 +118,11 @@ DIRECT_MIN_ALLREDUCE = 8 << 20
 # the race only added its tries).
 RACE_ALLTOALL, RACE_ALLGATHER, RACE_REDUCE_SCATTER = 0, 1, 2
 RACE_MIN = (DIRECT_MIN_ALLTOALL // 2, DIRECT_MIN_ALLGATHER // 2, DIRECT_MIN_REDUCE_SCATTER // 2)
+# ... and up to here (exclusive): from 8 MiB per transfer the windows lost by 2x in every
+# same-job measurement (np=2, 8 and 16 MiB: allgather, reduce_scatter_block and alltoall,
+# windows 1.4-2.2 ms against direct 0.75-1.1 at 16 MiB), while the race's tries of them cost
+# 2-5% of the time; there the default (direct) path runs alone
+RACE_MAX = 8 << 20
 RACE = True  # off: the thresholds alone decide (tests force each path this way)
 RACE_WORD = 16  # header words 16..21: rank 0's picks, by collective and call parity
 RACE_KEEP = 3  # times kept per path: the estimate is their median
@@ -192,7 +197,7 @@ class Arena:
         """Whether this call of collective ``kind`` (RACE_*) takes the direct path.
 
         ``default`` is what the thresholds say, and the path of a size class's first calls
-        (and of every call in a crowded job).
+        (and of every call in a crowded job, or of RACE_MAX bytes or more).
         Rank 0 times every call (see :meth:`raced`) and keeps, per collective and power-of-two
         size class, the last times of each path; the faster path is taken, the other tried
         again now and then, as the machine may change speed (see :class:`_Race`).
@@ -205,7 +210,7 @@ class Arena:
         before call c + 1. Collective: every rank must call it for the same calls. Cost: a few
         microseconds on rank 0.
         """
-        if not RACE or nbytes < RACE_MIN[kind] or self.crowded:
+        if not RACE or not RACE_MIN[kind] <= nbytes < RACE_MAX or self.crowded:
             self._racing = None
             return default
         c = self._races[kind]

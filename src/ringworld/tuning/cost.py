@@ -194,6 +194,7 @@ SHM_DIRECT = {"allreduce": 8 << 20, "bcast": 1 << 20, "allgather": 512 << 10,
 # algorithms.shm's RACE_MIN: from these sizes (as above) the direct and window paths race, and
 # calls take whichever rank 0 measured faster: the model predicts the faster of the two
 SHM_RACE = {"alltoall": 512 << 10, "allgather": 256 << 10, "reduce_scatter_block": 256 << 10}
+SHM_RACE_MAX = 8 << 20  # algorithms.shm's RACE_MAX: from here the direct path runs alone
 
 
 def _direct(collective: str, windows: Model) -> Model:
@@ -202,7 +203,7 @@ def _direct(collective: str, windows: Model) -> Model:
     moves (p-1)/p of the vector (root writing, others reading at once); allgather writes its
     block into p-1 peers and alltoall reads p-1 blocks, and both copy their own;
     reduce_scatter_block reads its block of p-1 inputs and combines them. Where the two paths
-    race (SHM_RACE), the direct one with the windows as its ``alt``."""
+    race (SHM_RACE up to SHM_RACE_MAX), the direct one with the windows as its ``alt``."""
     limit = SHM_DIRECT[collective]
     race = SHM_RACE.get(collective, math.inf)
 
@@ -219,7 +220,9 @@ def _direct(collective: str, windows: Model) -> Model:
             direct = Work(0, 0, 0, (p - 1) * n, 0, syncs=2, read=(p - 1) * n)
         else:
             direct = Work(0, 0, 0, 0, n, syncs=2, read=(p - 1) * n)
-        return direct if size < race else direct._replace(alt=windows(p, n, seg))
+        if not race <= size < SHM_RACE_MAX:
+            return direct
+        return direct._replace(alt=windows(p, n, seg))
     return m
 
 
