@@ -151,8 +151,7 @@ def test_fit_recovers_the_constants_that_produced_the_times() -> None:
     fitted = calibrate.local_topology(nranks=2, constants=f.constants)
     for r in rows:
         coll, nb = str(r["collective"]), int(r["bytes"])
-        got = calibrate.predict(fitted, coll, str(r["algorithm"]), nb, 2,
-                                estimate.cache_factor(f.constants, coll, nb, 2))
+        got = calibrate.predict_row(fitted, f.constants, coll, str(r["algorithm"]), nb, 2)
         assert abs(got / float(r["seconds"]) - 1) < 0.1
     with pytest.raises(ValueError, match="at least one"):
         calibrate.fit([], start, 2)
@@ -197,8 +196,8 @@ def test_fit_finds_the_rendezvous_cost_apart_from_the_step() -> None:
 
 def test_fit_finds_the_cost_of_a_call_apart_from_its_steps() -> None:
     """Each call costs a fixed part (argument checks, bookkeeping) besides its steps; with 40 us
-    of it in the times (and none assumed), the fit finds it from calls of one step and of many
-    (pipelined segments) and from the shared-memory ones (no steps)."""
+    of it in the times (and none assumed), the fit finds it, and the step cost, from calls of
+    one step and of many (pipelined segments) and from the shared-memory ones (no steps)."""
     true = Constants(step=10e-6, message=4e-6, bandwidth=8e9, reduce_rate=6e9, copy_rate=9e9,
                      sync=3e-6, read_rate=6e9, rendezvous=3e-6, call=40e-6)
     topo = calibrate.local_topology(nranks=2, constants=true)
@@ -214,6 +213,7 @@ def test_fit_finds_the_cost_of_a_call_apart_from_its_steps() -> None:
     assert f.worst_before > 0.2  # the small calls, predicted without their fixed part
     assert f.worst_after < 0.1
     assert f.constants.call == pytest.approx(40e-6, rel=0.25)
+    assert f.constants.step == pytest.approx(10e-6, rel=0.25)
 
 
 def test_calibrate_command_fits_saves_and_compares(tmp_path) -> None:

@@ -319,8 +319,8 @@ def fit(rows: Sequence[dict[str, float]], start: Constants, nranks: int,
         start = start._replace(read_rate=start.reads)
     if start.rendezvous <= 0:  # a value to scale from (descent can take it down 6x and more)
         start = start._replace(rendezvous=start.step / 4)
-    if start.call <= 0:
-        start = start._replace(call=start.step / 4)
+    if start.call <= 0:  # fits put it at 1.5-2 steps: start near, or descent cannot reach it
+        start = start._replace(call=start.step)
     starts = [start]
     if start.cache_bytes <= 0:  # coordinate descent cannot find the cache's step by itself
         llc = float(_cache_size(sysfs))
