@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import select
 import selectors
 import signal
 import subprocess
@@ -110,23 +111,45 @@ class _Sink:
 
     def __init__(self, stream: BinaryIO | TextIO) -> None:
         self._stream = stream
-        self._write: Callable[[bytes], object]
+        self._text = False
+        self._write: Callable[[memoryview], object]
         if isinstance(stream, io.TextIOBase):
+            self._text = True
             text = stream
-            self._write = lambda data: text.write(data.decode(errors="replace"))
+            self._write = lambda data: text.write(bytes(data).decode(errors="replace"))
         else:
             self._write = stream.write  # type: ignore[assignment]
         self._broken = False
         self._dirty = False
 
     def write(self, data: bytes) -> None:
+        """Write all of ``data``. An unbuffered binary stream (``sys.stdout.buffer`` under
+        PYTHONUNBUFFERED is a raw FileIO) takes what one write(2) takes: a pipe's reader that
+        lags, or a signal (a rank's SIGCHLD) during the call, leaves part of it unwritten, and
+        a non-blocking one may take none (None). The rest is written until all has gone."""
         if self._broken or not data:
             return
         try:
-            self._write(data)
+            view = memoryview(data)
+            while view:
+                n = self._write(view)
+                if self._text or (isinstance(n, int) and n >= len(view)):
+                    break
+                if n is None:  # non-blocking and full: wait until the reader takes some
+                    self._await_room()
+                    continue
+                view = view[int(n):]  # type: ignore[call-overload]
             self._dirty = True
         except (BrokenPipeError, ValueError):  # reader gone, or stream closed
             self._broken = True
+
+    def _await_room(self) -> None:
+        try:
+            fd = self._stream.fileno()
+        except (OSError, ValueError):
+            time.sleep(0.001)
+            return
+        select.select([], [fd], [], 1.0)
 
     def flush(self) -> None:
         if self._dirty and not self._broken:
