@@ -155,7 +155,9 @@ class Arena:
         views = comm.map_shared(base + 2 * span + EAGER_RING * SMALL, "arena", barrier)
         # word 0: the sync counter; words 8..11: two call signatures (bytes, kind) by parity;
         # words 12, 13: where in area 0 / 1 the data starts (see place()); words 24, 25: the
-        # buffers peers may read directly (see publish()); word 26: the direct-read verdict.
+        # buffers peers may read directly (see publish()); word 26: the direct-read verdict;
+        # words 16..21: the race's picks (RACE_WORD); word 23 and words 32..39: the eager
+        # broadcasts done and the ring's stamps (EAGER_DONE, EAGER_STAMP).
         # memoryviews: indexing one gives a plain int, the cheapest read in a spin loop
         self._ctr = [v[:HEADER].cast("q") for v in views]
         self._mine = self._ctr[comm.rank]
