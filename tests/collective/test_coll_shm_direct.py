@@ -120,7 +120,8 @@ def test_direct_reads(size: int, monkeypatch: pytest.MonkeyPatch) -> None:
                  "DIRECT_MIN_ALLTOALL_CROWDED", "DIRECT_MIN_ALLGATHER_CROWDED",
                  "DIRECT_MIN_REDUCE_SCATTER_CROWDED"):  # 3 and 5 ranks share the cores here
         monkeypatch.setattr(shm, name, 4096)
-    monkeypatch.setattr(shm, "GATHER_PIECE", 4100)  # blocks of 40 KB go in 10 uneven pieces
+    monkeypatch.setattr(shm, "GATHER_WHOLE", 4096)  # blocks of 40 KB go in 10 uneven pieces
+    monkeypatch.setattr(shm, "GATHER_PIECE", 4100)
     monkeypatch.setattr(shm, "DIRECT_MIN_ALLREDUCE", 4096)
     results = run_processes(size, _direct, transport="shm", timeout=60)
     assert [e for errs in results for e in errs] == []

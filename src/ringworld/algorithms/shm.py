@@ -101,10 +101,14 @@ DIRECT_MIN_ALLGATHER_CROWDED = 2 << 20
 # the windows stay (direct copies gain nothing when the ranks take turns on one core).
 DIRECT_MIN_REDUCE_SCATTER = 512 << 10
 DIRECT_MIN_REDUCE_SCATTER_CROWDED = 1 << 62
-# the pieces of a direct allgather: small enough to stay in the shared L3 between the copy to the
-# rank's own recv and the writes to the others' (np=2, 64 MiB: 12.4 ms with 4 MiB pieces, 13.3
-# with whole 32 MiB blocks, 13.5 reading from the peer instead; 16 MiB: 3.3 ms against 3.7)
-GATHER_PIECE = 4 << 20
+# the pieces of a direct allgather: each is copied to the rank's own recv and then written to
+# the others' while it is still in cache. Blocks of up to GATHER_WHOLE go whole, larger ones in
+# GATHER_PIECE pieces (np=2, same job, medians of five: 8 MiB allgather 217 us whole, 260 in
+# 512 KiB pieces; 16 MiB 952-993 in 512 KiB pieces, 1039-1102 in 4 MiB, 1041-1064 whole;
+# 64 MiB 5.47-5.51 ms against 5.76-5.82 and 6.26-6.34; 256 KiB pieces no better, 128 KiB worse.
+# On an earlier VM: 64 MiB 12.4 ms with 4 MiB pieces, 13.3 whole, 13.5 reading from the peer)
+GATHER_WHOLE = 4 << 20
+GATHER_PIECE = 512 << 10
 # allreduce: from this size each rank reads its slice of the others' inputs and then the others'
 # results straight from their buffers (see _allreduce_direct)
 DIRECT_MIN_ALLREDUCE = 8 << 20
@@ -937,10 +941,11 @@ def allgather(a: Arena, send: Array, recv: Array) -> None:
         own = recv[r * n : (r + 1) * n].reshape(-1).view(np.uint8)
         apart = not np.shares_memory(send, recv)
         at = r * send.nbytes
-        for lo in range(0, src.size, GATHER_PIECE):
-            piece = src[lo : lo + GATHER_PIECE]
+        step = max(1, src.size if src.size <= GATHER_WHOLE else GATHER_PIECE)
+        for lo in range(0, src.size, step):
+            piece = src[lo : lo + step]
             if apart:
-                np.copyto(own[lo : lo + GATHER_PIECE], piece)
+                np.copyto(own[lo : lo + step], piece)
             for j in range(p):
                 if j != r:
                     a.write(j, 0, at + lo, piece)
