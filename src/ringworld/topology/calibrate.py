@@ -264,6 +264,7 @@ def compare_rows(rows: Sequence[dict[str, float]], nranks: int,
 # what fit adjusts: the rates and latencies, and the cache model (see cache_factor)
 FIELDS = ("step", "message", "bandwidth", "reduce_rate", "copy_rate", "read_rate",
           "rendezvous", "cache_bytes", "cache_speedup", "call")
+RATES = ("bandwidth", "reduce_rate", "copy_rate", "read_rate")  # also moved in pairs
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,15 +299,16 @@ def fit(rows: Sequence[dict[str, float]], start: Constants, nranks: int,
     :func:`measure_collectives`) best, starting from ``start``.
 
     Coordinate descent in log space: each round tries scaling each constant by a few factors
-    (shrinking from 2x to about 1.1x over the rounds) and keeps any change that lowers the
-    root mean square of log(predicted / measured). ``sync`` is kept. Without a cache model in
-    ``start``, three starts are tried (a 2x speed-up up to a quarter or half of this machine's
-    last-level cache, and none) and the best fit is kept.
+    (shrinking from 2x to about 1.1x over the rounds), and each pair of rates (RATES) by one
+    factor up and the other down, and keeps any change that lowers the root mean square of
+    log(predicted / measured). ``sync`` is kept. Without a cache model in ``start``, three
+    starts are tried (a 2x speed-up up to a quarter or half of this machine's last-level
+    cache, and none) and the best fit is kept.
 
     Raises:
         ValueError: no rows, or a row with a non-positive time.
-    Cost: up to 3 starts x rounds x 9 constants x 4 factors simulations of every row (a few
-    ms each): seconds for a few dozen rows.
+    Cost: up to 3 starts x rounds x 52 simulations of every row (a few ms each): seconds for a
+    few dozen rows.
     """
     if not rows:
         raise ValueError("fit needs at least one measured row")
@@ -347,6 +349,17 @@ def _descend(topo: Topology, rows: Sequence[dict[str, float]], start: Constants,
                 sc = _score(_errors(topo, rows, trial, nranks))
                 if sc < score - 1e-9:
                     best, score = trial, sc
+        # rates that trade off (a call that reads and copies fits any read rate with the
+        # matching copy rate) lie along valleys that moves of one constant at a time cannot
+        # follow: move them in pairs too, one up and the other down
+        for i, a in enumerate(RATES):
+            for b in RATES[i + 1 :]:
+                for factor in (step, 1 / step):
+                    trial = best._replace(**{a: getattr(best, a) * factor,
+                                             b: getattr(best, b) / factor})
+                    sc = _score(_errors(topo, rows, trial, nranks))
+                    if sc < score - 1e-9:
+                        best, score = trial, sc
     return best, score
 
 

@@ -195,6 +195,11 @@ SHM_DIRECT = {"allreduce": 8 << 20, "bcast": 1 << 20, "allgather": 512 << 10,
 # calls take whichever rank 0 measured faster: the model predicts the faster of the two
 SHM_RACE = {"alltoall": 512 << 10, "allgather": 256 << 10, "reduce_scatter_block": 256 << 10}
 SHM_RACE_MAX = 8 << 20  # algorithms.shm's RACE_MAX: from here the direct path runs alone
+# The direct reduce_scatter_block and allreduce combine each peer's chunk right after reading it
+# into a cached scratch area (algorithms.shm._combine_slice): two of a combining pass's three
+# streams come from main memory, where ``reduce_rate`` (numpy add(out=) on large arrays) has
+# all three. Their combining passes cost this fraction of ``reduced / reduce_rate``.
+SHM_COMBINE_CACHED = 2 / 3
 
 
 def _direct(collective: str, windows: Model) -> Model:
@@ -213,11 +218,12 @@ def _direct(collective: str, windows: Model) -> Model:
             return windows(p, n, seg)
         f = (p - 1) / p
         if collective == "allreduce":
-            direct = Work(0, 0, 0, f * n, 0, syncs=3, read=2 * f * n)
+            direct = Work(0, 0, 0, SHM_COMBINE_CACHED * f * n, 0, syncs=3, read=2 * f * n)
         elif collective == "bcast":
             direct = Work(0, 0, 0, syncs=2, read=f * n)
         elif collective == "reduce_scatter_block":  # its block of every other rank's input
-            direct = Work(0, 0, 0, (p - 1) * n, 0, syncs=2, read=(p - 1) * n)
+            direct = Work(0, 0, 0, SHM_COMBINE_CACHED * (p - 1) * n, 0, syncs=2,
+                          read=(p - 1) * n)
         else:
             direct = Work(0, 0, 0, 0, n, syncs=2, read=(p - 1) * n)
         if not race <= size < SHM_RACE_MAX:
