@@ -126,13 +126,20 @@ class _Sink:
         """Write all of ``data``. An unbuffered binary stream (``sys.stdout.buffer`` under
         PYTHONUNBUFFERED is a raw FileIO) takes what one write(2) takes: a pipe's reader that
         lags, or a signal (a rank's SIGCHLD) during the call, leaves part of it unwritten, and
-        a non-blocking one may take none (None). The rest is written until all has gone."""
+        a non-blocking one may take none (None; a buffered one over a non-blocking pipe raises
+        BlockingIOError instead). The rest is written until all has gone."""
         if self._broken or not data:
             return
         try:
             view = memoryview(data)
             while view:
-                n = self._write(view)
+                try:
+                    n = self._write(view)
+                except BlockingIOError as exc:  # a buffered stream over a non-blocking pipe
+                    n = exc.characters_written
+                    if not n:
+                        self._await_room()
+                        continue
                 if self._text or (isinstance(n, int) and n >= len(view)):
                     break
                 if n is None:  # non-blocking and full: wait until the reader takes some
