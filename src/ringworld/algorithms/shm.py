@@ -460,7 +460,8 @@ class Arena:
         self._sig = None  # no sync checks this call
         assert sig is not None, "begin() names the call first"
         mark = (sig[1] ^ (sig[0] * 0x9E3779B1)) & 0xFFFFFFFF
-        stamp = (s & SEQ_MASK) << 32 | mark
+        want = s & SEQ_MASK  # the broadcast number in a stamp
+        stamp = want << 32 | mark
         me = self.comm.rank
         ctr = self._ctr
         word = EAGER_STAMP + e
@@ -469,7 +470,6 @@ class Arena:
                 self._ring_space(s - EAGER_RING)
             self._entry(me, e, buf)[...] = buf
             self._mine[word] = stamp
-            want = s & SEQ_MASK
             for c in self._others:
                 if c[word] >> 32 == want:  # (of two such roots, the later one sees it)
                     them = [i for i, d in enumerate(ctr) if i != me and d[word] >> 32 == want]
@@ -477,7 +477,6 @@ class Arena:
                                         f"it as the root")
         else:
             src = ctr[root]
-            want = s & SEQ_MASK
             if src[word] >> 32 != want:
                 epoch = self._epoch
 

@@ -41,9 +41,10 @@ class Constants(NamedTuple):
     # it, reads it from the sender, and tells the sender it is done: a round trip the eager
     # protocol does not make); the simulator's (fitted by `ringworld calibrate --fit`)
     rendezvous: float = 0.0
-    # s: the rest of a shared-memory collective call (argument checks, the call's bookkeeping,
-    # the ranks' arrival skew at its first sync) on top of its syncs and copies; the
-    # simulator's (fitted by `ringworld calibrate --fit`)
+    # s: the fixed part of any collective call (argument checks, algorithm choice, the call's
+    # bookkeeping, the ranks' arrival skew) on top of its steps, syncs and bytes; added to
+    # every algorithm's time, formulas and simulated schedules alike (fitted by
+    # `ringworld calibrate --fit`)
     call: float = 0.0
 
     @property

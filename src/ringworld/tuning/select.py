@@ -148,10 +148,11 @@ class Selector:
                layout: Layout | None = None) -> str:
         """The algorithm to run (``layout``: see :meth:`explain`).
 
-        Where ranks outnumber cores a small broadcast takes the shared-memory path too: since
-        its waits yield the core at once (see ``comm.engine``), its one flag barrier beats the
-        binomial tree whose root runs ahead (``ringworld bench bcast``, 1 KiB: np=4 on 2 cores
-        55 us against 117-136, np=3 33 against 82, np=8 227 against 273).
+        Where ranks outnumber cores a small broadcast takes the shared-memory path too: its
+        waits yield the core at once (see ``comm.engine``) and its root runs ahead through the
+        eager ring (``algorithms.shm``), which beats the binomial tree (``ringworld bench
+        bcast``, 1 KiB, np=4 on 2 cores: 55 us with a flag barrier, 7 with the ring, against
+        the tree's 117-136).
 
         Raises:
             ValueError: ``requested`` is unknown, or cannot run this call (e.g. a
