@@ -10,10 +10,13 @@ import sys
 
 import pytest
 
+from ringworld.algorithms import registry
 from ringworld.errors import ConfigError
 from ringworld.topology import calibrate, estimate
+from ringworld.topology.program import Programs
+from ringworld.topology.sim import Network
 from ringworld.tuning import constants
-from ringworld.tuning.cost import Constants
+from ringworld.tuning.cost import Constants, Work
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -243,3 +246,62 @@ def test_cache_model_speeds_up_small_working_sets_only() -> None:
     slow = calibrate.predict(topo, "allreduce", "ring", 1 << 20, 2)
     fast = calibrate.predict(topo, "allreduce", "ring", 1 << 20, 2, 2.0)
     assert fast < 0.75 * slow
+
+
+def test_memory_bus_bounds_what_ranks_stream_at_once() -> None:
+    """Ranks that stream at once share the host's memory bus: a call takes at least its ranks'
+    traffic (2 bytes per byte received or copied, 3 per byte reduced) over ``bus_rate``, and
+    only where its working set leaves the cache."""
+    w = Work(0, 0, 2000, reduced=100, copied=300, read=50)
+    assert w.traffic == 2000 + 2 * (300 + 50) + 3 * 100
+    c = Constants(step=1e-6, message=1e-6, bandwidth=1e9, reduce_rate=1e9, copy_rate=1e9,
+                  read_rate=1e9)
+    alone = w.time(c)
+    assert w.time(c._replace(bus_rate=1e9)) == alone  # one stream: no bus
+    assert w.time(c, streams=4) == alone  # no bus rate: no limit
+    bound = w.time(c._replace(bus_rate=1e9), streams=4)
+    assert bound == pytest.approx(4 * w.traffic / 1e9)
+    assert w.time(c._replace(bus_rate=1e12), streams=4) == alone  # a wide bus never binds
+    # a ring allreduce's schedule: every rank receives 2 (p-1)/p of the vector and reduces
+    # (p-1)/p of it
+    p, n = 4, 1 << 16
+    topo = calibrate.local_topology(nranks=p, constants=c)
+    net = Network(topo, p)
+    progs = Programs.explicit(lambda r: registry.build("allreduce", "ring",
+                                                       estimate.spec("allreduce", p, r, n, n)),
+                              p, 4)
+    got = estimate.traffic(progs)
+    want = 2 * 2 * (p - 1) / p * 4 * n + 3 * (p - 1) / p * 4 * n
+    assert got == [pytest.approx(want)] * p
+    free = estimate.schedule_time(net, "allreduce", "ring", n, 4, n)
+    assert estimate.schedule_time(net, "allreduce", "ring", n, 4, n, bus=1e15) == free
+    assert estimate.schedule_time(net, "allreduce", "ring", n, 4, n, bus=1e8) == \
+        pytest.approx(p * want / 1e8)
+    # two hosts of two ranks: the busier host's traffic, half the total
+    assert estimate.schedule_time(net, "allreduce", "ring", n, 4, n, bus=1e8,
+                                  hosts=[0, 0, 1, 1]) == pytest.approx(2 * want / 1e8)
+    # the bus binds only beyond the cache, fully from twice its size
+    cached = c._replace(bus_rate=1e9, cache_bytes=8 << 20, cache_speedup=2.0)
+    assert estimate.bus_rate(cached, "allreduce", 1 << 20, 2) == 0.0  # 4 MiB: in the cache
+    assert estimate.bus_rate(cached, "allreduce", 4 << 20, 2) == 1e9  # 16 MiB: twice it
+    assert estimate.bus_rate(cached, "allreduce", 3 << 20, 2) > 1e9
+    assert estimate.bus_rate(c, "allreduce", 1 << 20, 2) == 0.0  # no bus rate
+
+
+def test_fit_finds_the_memory_bus_apart_from_the_rates() -> None:
+    """Two ranks that each copy and read at full speed run out of memory bus on large
+    shared-memory calls; with a bus that binds there (and none assumed), the fit finds it
+    while the calls it does not bind keep the rates."""
+    true = Constants(step=20e-6, message=4e-6, bandwidth=30e9, reduce_rate=8e9, copy_rate=15e9,
+                     sync=3e-6, read_rate=18e9, rendezvous=5e-6, call=25e-6, bus_rate=40e9)
+    topo = calibrate.local_topology(nranks=2, constants=true)
+    rows = [{"collective": coll, "algorithm": algo, "bytes": nb,
+             "seconds": calibrate.predict_row(topo, true, coll, algo, nb, 2)}
+            for coll, algo in [("allreduce", "ring"), ("bcast", "binomial"),
+                               ("allgather", "ring"), ("alltoall", "shm"),
+                               ("allgather", "shm"), ("bcast", "shm")]
+            for nb in (1 << 20, 4 << 20, 16 << 20, 64 << 20)]
+    f = calibrate.fit(rows, true._replace(bus_rate=0.0), 2)
+    assert f.worst_before > 0.15  # the large shared-memory calls, predicted without the bus
+    assert f.worst_after < 0.1
+    assert f.constants.bus_rate == pytest.approx(40e9, rel=0.25)

@@ -16,10 +16,10 @@ local topology: predicted / measured per (collective, algorithm, size).
 at a time, while a collective overlaps copies, reductions and messages on cores that share one
 memory system, and its buffers may stay in the cache; predictions from them alone were off by
 up to 3x here. ``fit`` adjusts the five constants, the rate of direct peer reads (the
-shared-memory algorithm's large paths) and a cache model (multiplicatively, by
-coordinate descent on the mean squared log ratio) until the simulated schedules match a set of
-measured collective calls; ``ringworld calibrate --fit`` measures that set, fits, and saves the
-result for the simulator and the tuner alike.
+shared-memory algorithm's large paths), a cache model and the memory bus that ranks streaming at
+once share (multiplicatively, by coordinate descent on the mean squared log ratio) until the
+simulated schedules match a set of measured collective calls; ``ringworld calibrate --fit``
+measures that set, fits, and saves the result for the simulator and the tuner alike.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from pathlib import Path
 
 from ringworld.errors import ConfigError
 from ringworld.topology.discover import discover
-from ringworld.topology.estimate import cache_factor, schedule_time, shm_time, sped_up
+from ringworld.topology.estimate import bus_rate, cache_factor, schedule_time, shm_time, sped_up
 from ringworld.topology.model import Params, Topology, core_params
 from ringworld.topology.sim import Network
 from ringworld.tuning import constants as tuning_constants
@@ -107,11 +107,12 @@ WHOLE = frozenset({"allgather", "reduce_scatter_block", "alltoall"})
 
 
 def predict(topo: Topology, collective: str, algorithm: str, nbytes: int,
-            nranks: int, speedup: float = 1.0) -> float:
+            nranks: int, speedup: float = 1.0, bus: float = 0.0) -> float:
     """Simulated seconds of the registry schedule the communicator would run for ``nbytes`` of
     float32 (for allgather the whole gathered buffer, for reduce_scatter_block and alltoall
     the whole send buffer, as the benchmark counts them), with the CPU ranks' byte rates
-    multiplied by ``speedup`` (see :func:`cache_factor`).
+    multiplied by ``speedup`` (see :func:`cache_factor`), and the ranks sharing a memory bus
+    of ``bus`` bytes/s (0: none; see :func:`~ringworld.topology.estimate.schedule_time`).
 
     Raises:
         ValueError: unknown collective or algorithm.
@@ -119,14 +120,15 @@ def predict(topo: Topology, collective: str, algorithm: str, nbytes: int,
     p = nranks
     n = max(1, nbytes // (4 * p) if collective in WHOLE else nbytes // 4)
     return schedule_time(Network(sped_up(topo, speedup), p), collective, algorithm, n, 4,
-                         SEGMENT_BYTES // 4)
+                         SEGMENT_BYTES // 4, bus)
 
 
 def predict_row(topo: Topology, c: Constants, collective: str, algorithm: str, nbytes: int,
                 nranks: int) -> float:
     """Predicted seconds of one call as :mod:`ringworld.topology.measure_rank` times it: the
     shared-memory algorithm by its formula (it is not a message schedule), any other by
-    simulating its schedule on ``topo`` (whose cores carry ``c``) with ``c``'s cache model.
+    simulating its schedule on ``topo`` (whose cores carry ``c``) with ``c``'s cache model
+    and memory bus (:func:`~ringworld.topology.estimate.bus_rate`).
 
     Raises:
         ValueError: unknown collective or algorithm.
@@ -135,7 +137,8 @@ def predict_row(topo: Topology, c: Constants, collective: str, algorithm: str, n
         n = nbytes / nranks if collective in WHOLE else nbytes
         return shm_time(c, collective, nranks, n)
     return c.call + predict(topo, collective, algorithm, nbytes, nranks,
-                            cache_factor(c, collective, nbytes, nranks))
+                            cache_factor(c, collective, nbytes, nranks),
+                            bus_rate(c, collective, nbytes, nranks))
 
 
 def measure_collectives(nranks: int, sizes: Sequence[int], collectives: Sequence[str],
@@ -261,9 +264,9 @@ def compare_rows(rows: Sequence[dict[str, float]], nranks: int,
     return out
 
 
-# what fit adjusts: the rates and latencies, and the cache model (see cache_factor)
+# what fit adjusts: the rates and latencies, the cache model (see cache_factor) and bus
 FIELDS = ("step", "message", "bandwidth", "reduce_rate", "copy_rate", "read_rate",
-          "rendezvous", "cache_bytes", "cache_speedup", "call")
+          "rendezvous", "cache_bytes", "cache_speedup", "call", "bus_rate")
 RATES = ("bandwidth", "reduce_rate", "copy_rate", "read_rate")  # also moved in pairs
 
 
@@ -303,11 +306,12 @@ def fit(rows: Sequence[dict[str, float]], start: Constants, nranks: int,
     factor up and the other down, and keeps any change that lowers the root mean square of
     log(predicted / measured). ``sync`` is kept. Without a cache model in ``start``, three
     starts are tried (a 2x speed-up up to a quarter or half of this machine's last-level
-    cache, and none) and the best fit is kept.
+    cache, and none), and without a bus rate each of them twice (a bus that every rank copying
+    at once fills, and one 8x wider); the best fit is kept.
 
     Raises:
         ValueError: no rows, or a row with a non-positive time.
-    Cost: up to 3 starts x rounds x 52 simulations of every row (a few ms each): seconds for a
+    Cost: up to 6 starts x rounds x 56 simulations of every row (a few ms each): seconds for a
     few dozen rows.
     """
     if not rows:
@@ -328,6 +332,9 @@ def fit(rows: Sequence[dict[str, float]], start: Constants, nranks: int,
         llc = float(_cache_size(sysfs))
         starts = [start._replace(cache_bytes=llc / k, cache_speedup=2.0) for k in (4, 2)]
         starts.append(start._replace(cache_bytes=llc, cache_speedup=1.0))
+    if start.bus_rate <= 0:  # bound where every rank copies at once, and never
+        starts = [s._replace(bus_rate=k * nranks * start.copy_rate)
+                  for s in starts for k in (2, 16)]
     best, score = start, math.inf
     for s0 in starts:
         c, sc = _descend(topo, rows, s0, nranks, rounds)

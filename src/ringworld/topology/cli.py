@@ -123,6 +123,8 @@ def _constants_line(c: Constants) -> str:
         line += f"  call {c.call * 1e6:.1f} us"
     if c.cache_bytes > 0:
         line += f"  cache {c.cache_bytes / 2**20:.3g} MiB x{c.cache_speedup:.2f}"
+    if c.bus_rate > 0:
+        line += f"  bus {c.bus_rate / 1e9:.1f} GB/s"
     return line
 
 

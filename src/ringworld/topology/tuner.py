@@ -29,7 +29,7 @@ import math
 from collections.abc import Mapping
 
 from ringworld.topology.discover import MEM_BANDWIDTH, discover
-from ringworld.topology.estimate import call_factor, schedule_time, shm_time, sped_up
+from ringworld.topology.estimate import call_bus, call_factor, schedule_time, shm_time, sped_up
 from ringworld.topology.model import Device, Link, Topology, build, core_params
 from ringworld.topology.sim import Network
 from ringworld.tuning.cost import Constants
@@ -114,7 +114,8 @@ class Simulated:
             speed = call_factor(c, collective, p, n)
             # the call's fixed part, as shm_seconds counts it (Work.time), so they compare alike
             found = c.call + float(schedule_time(self._net(p, transport, layout, bw, speed),
-                                                 collective, algorithm, n, 1, self.segment))
+                                                 collective, algorithm, n, 1, self.segment,
+                                                 call_bus(c, collective, p, n), layout))
             self._points[(*key, n)] = found
         return found
 

@@ -46,6 +46,11 @@ class Constants(NamedTuple):
     # every algorithm's time, formulas and simulated schedules alike (fitted by
     # `ringworld calibrate --fit`)
     call: float = 0.0
+    # bytes/s of memory traffic all ranks of a host sustain together from main memory (each
+    # byte copied counts twice, read and written; each byte reduced three times): ranks that
+    # stream at once share it, so their bytes take at least their traffic over this rate
+    # (fitted by `ringworld calibrate --fit`, the simulator's; 0: no such limit)
+    bus_rate: float = 0.0
 
     @property
     def reads(self) -> float:
@@ -67,15 +72,25 @@ class Work(NamedTuple):
     # collectives that race their direct and window paths)
     alt: Work | None = None
 
-    def time(self, c: Constants) -> float:
-        """Predicted seconds under ``c`` (of the faster way, with ``alt``)."""
-        t = (c.call + self.steps * c.step + self.messages * c.message + self.moved / c.bandwidth
-             + self.reduced / c.reduce_rate + self.copied / c.copy_rate)
+    @property
+    def traffic(self) -> float:
+        """Bytes of memory traffic: 2 per byte copied, read from a peer or received (a
+        receive is one copy, and ``moved`` counts it at both ends), 3 per byte reduced."""
+        return self.moved + 2 * (self.copied + self.read) + 3 * self.reduced
+
+    def time(self, c: Constants, streams: int = 0) -> float:
+        """Predicted seconds under ``c`` (of the faster way, with ``alt``). With ``streams``
+        ranks on one host doing the same at once and ``c.bus_rate`` set, the bytes take at
+        least their traffic over the bus (:attr:`traffic`)."""
+        t = self.moved / c.bandwidth + self.reduced / c.reduce_rate + self.copied / c.copy_rate
         if self.read:
             t += self.read / c.reads
+        if streams and c.bus_rate > 0:
+            t = max(t, streams * self.traffic / c.bus_rate)
+        t += c.call + self.steps * c.step + self.messages * c.message
         if self.syncs:
             t += self.syncs * c.sync
-        return t if self.alt is None else min(t, self.alt.time(c))
+        return t if self.alt is None else min(t, self.alt.time(c, streams))
 
 
 def _log2(p: int) -> int:
