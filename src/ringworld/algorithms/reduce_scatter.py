@@ -31,6 +31,7 @@ from ringworld.algorithms.schedule import (
     copy,
     displacements,
     reduce,
+    reduce_to,
     schedule,
     step,
 )
@@ -65,9 +66,9 @@ def ring_blocks(p: int, r: int, blk: Sequence[tuple[int, int]],
         region = (k % 2) * width
         last = k == p - 2
         locs: list[Local]
-        if last and final != (TMP, region):
-            locs = [copy(final[0], final[1], blk[c][1], SEND, blk[c][0]),
-                    reduce(final[0], final[1], blk[c][1], TMP, region, src_left=True)]
+        if last and final != (TMP, region):  # one pass: final <- received op own
+            locs = [reduce_to(final[0], final[1], blk[c][1], TMP, region, SEND, blk[c][0],
+                              src_left=True)]
         else:
             locs = [reduce(TMP, region, blk[c][1], SEND, blk[c][0], src_left=False)]
         steps.append(step([Xfer(prev, TMP, region, blk[c][1])],
@@ -95,7 +96,9 @@ def pairwise(s: Spec) -> Schedule:
     for k in range(1, p):
         dst, src = (r + k) % p, (r - k) % p
         steps.append(step([Xfer(src, TMP, slot(src)[1], n)], [Xfer(dst, SEND, *blk[dst])]))
-    locs = [copy(RECV, 0, n, *slot(0))]
-    locs += [reduce(RECV, 0, n, *slot(i), src_left=False) for i in range(1, p)]
+    # rank order; the first two contributions in one pass (no copy of the first)
+    locs = ([reduce_to(RECV, 0, n, *slot(1), *slot(0), src_left=False)] if p > 1
+            else [copy(RECV, 0, n, *slot(0))])
+    locs += [reduce(RECV, 0, n, *slot(i), src_left=False) for i in range(2, p)]
     steps.append(step(locals_=locs))
     return schedule(steps, (p - 1) * n)

@@ -160,8 +160,9 @@ MODELS: dict[str, dict[str, Model]] = {
                                       (2 + 2 * _log2(p)) * p * n),
     },
     "reduce_scatter_block": {
-        "ring": lambda p, n, s: Work(p - 1, 0, 2 * (p - 1) * n, (p - 1) * n, 2 * n),
-        "pairwise": lambda p, n, s: Work(p - 1, 0, 2 * (p - 1) * n, (p - 1) * n, 2 * n),
+        # the last (ring) or first (pairwise) reduction writes the output: no copy
+        "ring": lambda p, n, s: Work(p - 1, 0, 2 * (p - 1) * n, (p - 1) * n),
+        "pairwise": lambda p, n, s: Work(p - 1, 0, 2 * (p - 1) * n, (p - 1) * n),
     },
     "scan": {
         "linear": lambda p, n, s: Work(p - 1, 0, 2 * n, n, n),
