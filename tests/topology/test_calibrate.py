@@ -15,7 +15,7 @@ from ringworld.errors import ConfigError
 from ringworld.topology import calibrate, estimate
 from ringworld.topology.program import Programs
 from ringworld.topology.sim import Network
-from ringworld.tuning import constants
+from ringworld.tuning import constants, cost
 from ringworld.tuning.cost import Constants, Work
 
 pytestmark = pytest.mark.timeout(300)
@@ -262,6 +262,13 @@ def test_memory_bus_bounds_what_ranks_stream_at_once() -> None:
     bound = w.time(c._replace(bus_rate=1e9), streams=4)
     assert bound == pytest.approx(4 * w.traffic / 1e9)
     assert w.time(c._replace(bus_rate=1e12), streams=4) == alone  # a wide bus never binds
+    # the direct shared-memory reduce_scatter_block on 2 ranks reads the peer's block into a
+    # cached scratch area and combines it with its own into the output: 3 bytes of memory
+    # traffic per byte of its block (the peer's read, its own read, the output written)
+    n = 32 << 20
+    direct = cost.model("reduce_scatter_block", "shm")
+    assert direct is not None
+    assert direct(2, n, 0).traffic == pytest.approx(3 * n)
     # a ring allreduce's schedule: every rank receives 2 (p-1)/p of the vector and reduces
     # (p-1)/p of it
     p, n = 4, 1 << 16

@@ -71,12 +71,16 @@ class Work(NamedTuple):
     # another way the same call may run, the faster of the two taken (the shared-memory
     # collectives that race their direct and window paths)
     alt: Work | None = None
+    # bytes of the memory traffic below that stay in the cache (a read into a cached scratch
+    # area is written there, and combined from there)
+    cached: float = 0.0
 
     @property
     def traffic(self) -> float:
-        """Bytes of memory traffic: 2 per byte copied, read from a peer or received (a
-        receive is one copy, and ``moved`` counts it at both ends), 3 per byte reduced."""
-        return self.moved + 2 * (self.copied + self.read) + 3 * self.reduced
+        """Bytes of main-memory traffic: 2 per byte copied, read from a peer or received (a
+        receive is one copy, and ``moved`` counts it at both ends), 3 per byte reduced, less
+        what stays in the cache (``cached``)."""
+        return self.moved + 2 * (self.copied + self.read) + 3 * self.reduced - self.cached
 
     def time(self, c: Constants, streams: int = 0) -> float:
         """Predicted seconds under ``c`` (of the faster way, with ``alt``). With ``streams``
@@ -234,13 +238,16 @@ def _direct(collective: str, windows: Model) -> Model:
         if size < min(limit, race):
             return windows(p, n, seg)
         f = (p - 1) / p
+        # the inputs read for combining are written to a cached scratch area (and combined
+        # from there, as SHM_COMBINE_CACHED counts): that write stays in the cache
         if collective == "allreduce":
-            direct = Work(0, 0, 0, SHM_COMBINE_CACHED * f * n, 0, syncs=3, read=2 * f * n)
+            direct = Work(0, 0, 0, SHM_COMBINE_CACHED * f * n, 0, syncs=3, read=2 * f * n,
+                          cached=f * n)
         elif collective == "bcast":
             direct = Work(0, 0, 0, syncs=2, read=f * n)
         elif collective == "reduce_scatter_block":  # its block of every other rank's input
             direct = Work(0, 0, 0, SHM_COMBINE_CACHED * (p - 1) * n, 0, syncs=2,
-                          read=(p - 1) * n)
+                          read=(p - 1) * n, cached=(p - 1) * n)
         else:
             direct = Work(0, 0, 0, 0, n, syncs=2, read=(p - 1) * n)
         if not race <= size < SHM_RACE_MAX:
