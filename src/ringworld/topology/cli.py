@@ -264,7 +264,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     c.add_argument("--constants", metavar="FILE",
                    help="with --compare and no --save: constants to predict with")
     c.add_argument("-n", "--np", type=int, default=2, help="ranks for --compare (default 2)")
-    c.add_argument("--sizes", type=parse_sizes, default=parse_sizes("1MiB,4MiB,16MiB"))
+    c.add_argument("--sizes", type=parse_sizes, default=parse_sizes("1MiB,4MiB,16MiB,64MiB"),
+                   help="sizes to time (and fit at); default 1MiB,4MiB,16MiB,64MiB: the "
+                        "benchmark's from 1 MiB, and 4 MiB, where the cache runs out")
     c.add_argument("--compare-sizes", type=parse_sizes, default=None,
                    help="sizes for --compare (default: --sizes)")
     c.add_argument("--collectives", default=DEFAULT_COLLECTIVES,
