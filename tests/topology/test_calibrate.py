@@ -312,3 +312,28 @@ def test_fit_finds_the_memory_bus_apart_from_the_rates() -> None:
     assert f.worst_before > 0.15  # the large shared-memory calls, predicted without the bus
     assert f.worst_after < 0.1
     assert f.constants.bus_rate == pytest.approx(40e9, rel=0.25)
+
+
+def test_ranks_that_outnumber_the_cores_take_the_crowded_shared_memory_paths() -> None:
+    """More ranks than cores share them; the shared-memory algorithm then starts its direct
+    paths later (alltoall from 4 MiB per rank, not 1) and races nothing, and the prediction
+    follows the path that runs."""
+    topo = calibrate.local_topology(nranks=2)
+    cores = sum(1 for d in topo.devices if d.kind == "core")
+    assert not estimate.crowded(topo, cores) and estimate.crowded(topo, cores + 1)
+    c = Constants(step=20e-6, message=4e-6, bandwidth=30e9, reduce_rate=8e9, copy_rate=1e9,
+                  sync=3e-6, read_rate=20e9)
+    blk = 512 << 10  # 4 ranks: 2 MiB per rank's send buffer
+    alone = estimate.shm_time(c, "alltoall", 4, blk)
+    shared = estimate.shm_time(c, "alltoall", 4, blk, crowded=True)
+    windows = cost.model("alltoall", "shm", crowded=True)
+    assert windows is not None and windows(4, blk, 0).read == 0
+    assert shared == pytest.approx(windows(4, blk, 0).time(c))
+    assert shared > 2 * alone  # the slow copies through the windows, not the direct reads
+    # calibrate's prediction of a job with one rank more than the cores (the whole send buffer)
+    p = cores + 1
+    blk = (2 << 20) // p  # 2 MiB per rank's send buffer: direct alone, windows crowded
+    row = calibrate.predict_row(calibrate.local_topology(nranks=p, constants=c), c,
+                                "alltoall", "shm", blk * p, p)
+    assert row == pytest.approx(estimate.shm_time(c, "alltoall", p, blk, crowded=True))
+    assert row != pytest.approx(estimate.shm_time(c, "alltoall", p, blk))

@@ -137,6 +137,24 @@ def test_shared_memory_model_follows_the_algorithms_sizes() -> None:
         # an unfitted read rate is half the bandwidth (which counts both ends of a message)
         assert at.time(c) == pytest.approx(at.read / 2e9)
         assert at.time(c._replace(read_rate=8e9)) == pytest.approx(at.read / 8e9)
+    # ranks that share cores: later direct paths (never for reduce_scatter_block), no race
+    from ringworld.tuning.cost import SHM_DIRECT_CROWDED
+
+    crowded = {"alltoall": shm.DIRECT_MIN_ALLTOALL_CROWDED,
+               "allgather": shm.DIRECT_MIN_ALLGATHER_CROWDED, "reduce_scatter_block": math.inf}
+    assert crowded == SHM_DIRECT_CROWDED
+    assert shm.DIRECT_MIN_REDUCE_SCATTER_CROWDED >= 1 << 60  # never
+    for coll, direct in SHM_DIRECT.items():
+        size = int(min(SHM_DIRECT_CROWDED.get(coll, direct), 1 << 30))
+        n = size // 4 if coll == "alltoall" else size  # alltoall: the send buffer of 4 ranks
+        m = model(coll, "shm", crowded=True)
+        assert m is not None
+        below, at = m(4, n - 64, 0), m(4, n, 0)
+        assert below.read == 0 and below.alt is None, coll
+        if coll == "reduce_scatter_block":
+            assert at.read == 0
+        else:
+            assert at.read > 0 and at.alt is None, coll
 
 
 AFFINITY_JOB = """

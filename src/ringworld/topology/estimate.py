@@ -140,11 +140,19 @@ def schedule_time(net: Network, collective: str, algorithm: str, n: int, itemsiz
 
 
 
-def shm_time(c: Constants, collective: str, p: int, nbytes: float) -> float:
+def crowded(topo: Topology, p: int) -> bool:
+    """Whether ``p`` ranks on the one host of ``topo`` outnumber its cores (then they share
+    them, and the shared-memory algorithm takes its crowded paths)."""
+    return p > sum(1 for d in topo.devices if d.kind == "core")
+
+
+def shm_time(c: Constants, collective: str, p: int, nbytes: float,
+             crowded: bool = False) -> float:
     """Predicted seconds of the shared-memory algorithm (not a message schedule: its formula,
     :data:`ringworld.tuning.cost.SHM_MODELS`) for ``nbytes`` (the vector, or one rank's block
     for the blocked collectives), with the byte rates sped up by ``c``'s cache model, and
-    its p ranks sharing the memory bus (:func:`call_bus`).
+    its p ranks sharing the memory bus (:func:`call_bus`); ``crowded``: ranks share cores
+    (:func:`crowded`), and the algorithm takes its paths for that.
 
     Direct peer reads (``read_rate``) are not sped up: the kernel's copy costs about 0.55 us
     per 4 KiB page whether the data is cached or not (here 7.2 GB/s at 0.5-2 MiB, where a
@@ -154,5 +162,5 @@ def shm_time(c: Constants, collective: str, p: int, nbytes: float) -> float:
     if f != 1.0:
         c = c._replace(bandwidth=c.bandwidth * f, reduce_rate=c.reduce_rate * f,
                        copy_rate=c.copy_rate * f, read_rate=c.reads)
-    m = model(collective, "shm")
+    m = model(collective, "shm", crowded)
     return math.inf if m is None else m(p, nbytes, 0).time(c, streams=p)

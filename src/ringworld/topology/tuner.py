@@ -29,7 +29,14 @@ import math
 from collections.abc import Mapping
 
 from ringworld.topology.discover import MEM_BANDWIDTH, discover
-from ringworld.topology.estimate import call_bus, call_factor, schedule_time, shm_time, sped_up
+from ringworld.topology.estimate import (
+    call_bus,
+    call_factor,
+    crowded,
+    schedule_time,
+    shm_time,
+    sped_up,
+)
 from ringworld.topology.model import Device, Link, Topology, build, core_params
 from ringworld.topology.sim import Network
 from ringworld.tuning.cost import Constants
@@ -104,7 +111,10 @@ class Simulated:
     def shm_seconds(self, collective: str, p: int, nbytes: float, transport: str) -> float:
         """The shared-memory algorithm's formula with the cache model
         (:func:`ringworld.topology.estimate.shm_time`)."""
-        return shm_time(self._constants(transport), collective, p, nbytes)
+        if self._local is None:
+            self._local = discover(self.sysfs, nvidia_smi=lambda: None).topology
+        return shm_time(self._constants(transport), collective, p, nbytes,
+                        crowded(self._local, p))
 
     def _point(self, key: tuple[str, str, int, str, Layout | None, float], n: int) -> float:
         found = self._points.get((*key, n))

@@ -209,13 +209,17 @@ def _shm(sync_per_chunk: int, copied: float, reduced: float, per_rank: bool = Fa
 # 1 / ``read_rate`` per byte; without a fitted rate, what receiving through the transport does
 # (``bandwidth`` counts bytes sent plus received: 2 / bandwidth).
 # (Ranks that share cores start allgather and alltoall later and never take the direct
-# reduce_scatter_block; the model is for ranks with cores of their own.)
+# reduce_scatter_block: SHM_DIRECT_CROWDED below.)
 SHM_DIRECT = {"allreduce": 8 << 20, "bcast": 1 << 20, "allgather": 512 << 10,
               "alltoall": 1 << 20, "reduce_scatter_block": 512 << 10}
 # algorithms.shm's RACE_MIN: from these sizes (as above) the direct and window paths race, and
 # calls take whichever rank 0 measured faster: the model predicts the faster of the two
 SHM_RACE = {"alltoall": 512 << 10, "allgather": 256 << 10, "reduce_scatter_block": 256 << 10}
 SHM_RACE_MAX = 8 << 20  # algorithms.shm's RACE_MAX: from here the direct path runs alone
+# algorithms.shm's DIRECT_MIN_*_CROWDED: where ranks outnumber the host's cores (ranks then
+# share cores, and no path is raced), the sizes from which the direct path runs (inf: never)
+SHM_DIRECT_CROWDED: dict[str, float] = {"alltoall": 4 << 20, "allgather": 2 << 20,
+                      "reduce_scatter_block": math.inf}
 # The direct reduce_scatter_block and allreduce combine each peer's chunk right after reading it
 # into a cached scratch area (algorithms.shm._combine_slice): two of a combining pass's three
 # streams come from main memory, where ``reduce_rate`` (numpy add(out=) on large arrays) has
@@ -223,15 +227,18 @@ SHM_RACE_MAX = 8 << 20  # algorithms.shm's RACE_MAX: from here the direct path r
 SHM_COMBINE_CACHED = 2 / 3
 
 
-def _direct(collective: str, windows: Model) -> Model:
+def _direct(collective: str, windows: Model, crowded: bool = False) -> Model:
     """``windows`` below the direct-read size of ``collective``; above it, the direct reads:
     allreduce reads (p-1)/p of the others' inputs and then of their results (3 syncs); bcast
     moves (p-1)/p of the vector (root writing, others reading at once); allgather writes its
     block into p-1 peers and alltoall reads p-1 blocks, and both copy their own;
     reduce_scatter_block reads its block of p-1 inputs and combines them. Where the two paths
-    race (SHM_RACE up to SHM_RACE_MAX), the direct one with the windows as its ``alt``."""
-    limit = SHM_DIRECT[collective]
+    race (SHM_RACE up to SHM_RACE_MAX), the direct one with the windows as its ``alt``;
+    ``crowded`` (ranks share cores): from SHM_DIRECT_CROWDED, never raced."""
+    limit: float = SHM_DIRECT[collective]
     race = SHM_RACE.get(collective, math.inf)
+    if crowded:
+        limit, race = SHM_DIRECT_CROWDED.get(collective, limit), math.inf
 
     def m(p: int, n: float, seg: int) -> Work:
         size = n * p if collective == "alltoall" else n
@@ -256,17 +263,23 @@ def _direct(collective: str, windows: Model) -> Model:
     return m
 
 
-SHM_MODELS: dict[str, Model] = {
-    "barrier": lambda p, n, s: Work(0, 0, 0, syncs=1),
-    "allreduce": _direct("allreduce", _shm(2, 2.0, 1.0, small=True, per_p=-1.0)),
-    "reduce": _shm(2, 1.5, 1.0, small=True),
-    "bcast": _direct("bcast", _shm(1, 1.0, 0.0, small=True)),
-    "allgather": _direct("allgather", _shm(1, 1.0, 0.0, per_rank=True, small=True, own=2.0)),
-    "reduce_scatter_block": _direct("reduce_scatter_block", _shm(2, 1.0, 1.0, per_rank=True,
-                                                                 small=True, all_blocks=True)),
-    "alltoall": _direct("alltoall", _shm(2, 2.0, 0.0, per_rank=True, small=True,
-                                         all_blocks=True, own=1.0)),
-}
+def _shm_models(crowded: bool) -> dict[str, Model]:
+    return {
+        "barrier": lambda p, n, s: Work(0, 0, 0, syncs=1),
+        "allreduce": _direct("allreduce", _shm(2, 2.0, 1.0, small=True, per_p=-1.0), crowded),
+        "reduce": _shm(2, 1.5, 1.0, small=True),
+        "bcast": _direct("bcast", _shm(1, 1.0, 0.0, small=True), crowded),
+        "allgather": _direct("allgather", _shm(1, 1.0, 0.0, per_rank=True, small=True,
+                                               own=2.0), crowded),
+        "reduce_scatter_block": _direct("reduce_scatter_block", _shm(
+            2, 1.0, 1.0, per_rank=True, small=True, all_blocks=True), crowded),
+        "alltoall": _direct("alltoall", _shm(2, 2.0, 0.0, per_rank=True, small=True,
+                                             all_blocks=True, own=1.0), crowded),
+    }
+
+
+SHM_MODELS: dict[str, Model] = _shm_models(False)
+SHM_MODELS_CROWDED: dict[str, Model] = _shm_models(True)  # ranks sharing cores
 
 # collectives whose algorithms share a model with another's
 ALIASES = {"gatherv": "gather", "scatterv": "scatter", "allgatherv": "allgather",
@@ -274,10 +287,11 @@ ALIASES = {"gatherv": "gather", "scatterv": "scatter", "allgatherv": "allgather"
            "reduce_scatter": "reduce_scatter_block", "exscan": "scan"}
 
 
-def model(collective: str, algorithm: str) -> Model | None:
-    """The cost model of an algorithm, or None if it has none (then it is never auto-chosen)."""
+def model(collective: str, algorithm: str, crowded: bool = False) -> Model | None:
+    """The cost model of an algorithm, or None if it has none (then it is never auto-chosen);
+    ``crowded``: of the shared-memory one where ranks outnumber the host's cores."""
     if algorithm == "shm":
-        return SHM_MODELS.get(collective)
+        return (SHM_MODELS_CROWDED if crowded else SHM_MODELS).get(collective)
     return MODELS.get(ALIASES.get(collective, collective), {}).get(algorithm)
 
 
