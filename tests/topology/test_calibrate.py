@@ -320,7 +320,7 @@ def test_ranks_that_outnumber_the_cores_take_the_crowded_shared_memory_paths() -
     follows the path that runs."""
     topo = calibrate.local_topology(nranks=2)
     cores = sum(1 for d in topo.devices if d.kind == "core")
-    assert not estimate.crowded(topo, cores) and estimate.crowded(topo, cores + 1)
+    assert not estimate.shares_cores(topo, cores) and estimate.shares_cores(topo, cores + 1)
     c = Constants(step=20e-6, message=4e-6, bandwidth=30e9, reduce_rate=8e9, copy_rate=1e9,
                   sync=3e-6, read_rate=20e9)
     blk = 512 << 10  # 4 ranks: 2 MiB per rank's send buffer

@@ -40,8 +40,8 @@ from ringworld.topology.discover import discover
 from ringworld.topology.estimate import (
     bus_rate,
     cache_factor,
-    crowded,
     schedule_time,
+    shares_cores,
     shm_time,
     sped_up,
 )
@@ -144,7 +144,7 @@ def predict_row(topo: Topology, c: Constants, collective: str, algorithm: str, n
     """
     if algorithm == "shm":
         n = nbytes / nranks if collective in WHOLE else nbytes
-        return shm_time(c, collective, nranks, n, crowded(topo, nranks))
+        return shm_time(c, collective, nranks, n, shares_cores(topo, nranks))
     return c.call + predict(topo, collective, algorithm, nbytes, nranks,
                             cache_factor(c, collective, nbytes, nranks),
                             bus_rate(c, collective, nbytes, nranks))
@@ -350,7 +350,7 @@ def fit(rows: Sequence[dict[str, float]], start: Constants, nranks: int,
     best, score = start, math.inf
     for s0 in starts:
         c, sc = _descend(topo, rows, s0, nranks, rounds,
-                         CROWDED_FIELDS if crowded(topo, nranks) else FIELDS)
+                         CROWDED_FIELDS if shares_cores(topo, nranks) else FIELDS)
         if sc < score:
             best, score = c, sc
     errs = _errors(topo, rows, best, nranks)

@@ -139,8 +139,7 @@ def schedule_time(net: Network, collective: str, algorithm: str, n: int, itemsiz
     return t
 
 
-
-def crowded(topo: Topology, p: int) -> bool:
+def shares_cores(topo: Topology, p: int) -> bool:
     """Whether ``p`` ranks on the one host of ``topo`` outnumber its cores (then they share
     them, and the shared-memory algorithm takes its crowded paths)."""
     return p > sum(1 for d in topo.devices if d.kind == "core")
@@ -152,7 +151,7 @@ def shm_time(c: Constants, collective: str, p: int, nbytes: float,
     :data:`ringworld.tuning.cost.SHM_MODELS`) for ``nbytes`` (the vector, or one rank's block
     for the blocked collectives), with the byte rates sped up by ``c``'s cache model, and
     its p ranks sharing the memory bus (:func:`call_bus`); ``crowded``: ranks share cores
-    (:func:`crowded`), and the algorithm takes its paths for that.
+    (:func:`shares_cores`), and the algorithm takes its paths for that.
 
     Direct peer reads (``read_rate``) are not sped up: the kernel's copy costs about 0.55 us
     per 4 KiB page whether the data is cached or not (here 7.2 GB/s at 0.5-2 MiB, where a

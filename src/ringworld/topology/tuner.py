@@ -32,8 +32,8 @@ from ringworld.topology.discover import MEM_BANDWIDTH, discover
 from ringworld.topology.estimate import (
     call_bus,
     call_factor,
-    crowded,
     schedule_time,
+    shares_cores,
     shm_time,
     sped_up,
 )
@@ -114,7 +114,7 @@ class Simulated:
         if self._local is None:
             self._local = discover(self.sysfs, nvidia_smi=lambda: None).topology
         return shm_time(self._constants(transport), collective, p, nbytes,
-                        crowded(self._local, p))
+                        shares_cores(self._local, p))
 
     def _point(self, key: tuple[str, str, int, str, Layout | None, float], n: int) -> float:
         found = self._points.get((*key, n))
