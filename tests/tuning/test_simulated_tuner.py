@@ -15,6 +15,7 @@ from ringworld.topology.estimate import schedule_time
 from ringworld.topology.sim import Network
 from ringworld.topology.tuner import Simulated, job_topology
 from ringworld.tuning import constants
+from ringworld.tuning.cost import model as cost_model
 from ringworld.tuning.cost import predict
 from ringworld.tuning.select import SIM_MAX_RANKS, Selector
 
@@ -75,6 +76,33 @@ def test_the_cache_model_speeds_up_what_fits() -> None:
     # the shared-memory algorithm's formula gets the same speed-up
     assert fast.shm_seconds("allreduce", 4, 1 << 20, "shm") < plain.shm_seconds(
         "allreduce", 4, 1 << 20, "shm")
+
+
+def test_the_memory_bus_and_shared_cores_reach_the_tuner(tmp_path: Path) -> None:
+    """A calibrated bus bounds what the tuner predicts for large calls (shared-memory formula
+    and simulated schedules alike, per host), and ranks that outnumber the cores get the
+    shared-memory algorithm's crowded paths."""
+    sysfs = _two_cores(tmp_path)
+    bus = dict(C, shm=C["shm"]._replace(bus_rate=1e9))  # far below what the rates allow
+    plain, slow = Simulated(C, SEG, sysfs=sysfs), Simulated(bus, SEG, sysfs=sysfs)
+    n = 16 << 20
+    # two ranks each read 16 MiB of the peer's vector (2 bytes of traffic per byte read)
+    # and combine 8 MiB: at least their traffic over the bus
+    t = slow.shm_seconds("allreduce", 2, n, "shm")
+    assert t > 2 * plain.shm_seconds("allreduce", 2, n, "shm")
+    assert t >= 2 * 2 * (n // 2) / 1e9
+    ring = slow.seconds("allreduce", "ring", 2, n, "shm", (0, 0))
+    assert ring > 2 * plain.seconds("allreduce", "ring", 2, n, "shm", (0, 0))
+    # on two hosts each host's bus carries only its own rank's traffic
+    apart = slow.seconds("allreduce", "ring", 2, n, "shm", (0, 1))
+    assert apart < ring
+    # four ranks on two cores: a 2 MiB alltoall per rank goes through the windows (crowded)
+    # where two ranks with cores of their own would read it straight from the peers
+    crowded = cost_model("alltoall", "shm", crowded=True)
+    assert crowded is not None
+    blk = (2 << 20) // 4
+    assert plain.shm_seconds("alltoall", 4, blk, "shm") == pytest.approx(
+        crowded(4, blk, 0).time(C["shm"], streams=4))
 
 
 def test_large_or_single_rank_communicators_use_the_formulas() -> None:
