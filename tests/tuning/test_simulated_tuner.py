@@ -97,12 +97,23 @@ def test_the_memory_bus_and_shared_cores_reach_the_tuner(tmp_path: Path) -> None
     apart = slow.seconds("allreduce", "ring", 2, n, "shm", (0, 1))
     assert apart < ring
     # four ranks on two cores: a 2 MiB alltoall per rank goes through the windows (crowded)
-    # where two ranks with cores of their own would read it straight from the peers
-    crowded = cost_model("alltoall", "shm", crowded=True)
-    assert crowded is not None
+    # where ranks with cores of their own would read it straight from the peers (here the
+    # faster way: slow copies, fast reads)
+    c = C["shm"]._replace(copy_rate=1e9, read_rate=20e9)
+    sim = Simulated(dict(C, shm=c), SEG, sysfs=sysfs)
+    crowded, alone = cost_model("alltoall", "shm", crowded=True), cost_model("alltoall", "shm")
+    assert crowded is not None and alone is not None
     blk = (2 << 20) // 4
-    assert plain.shm_seconds("alltoall", 4, blk, "shm") == pytest.approx(
-        crowded(4, blk, 0).time(C["shm"], streams=4))
+    shared, own = crowded(4, blk, 0).time(c, streams=4), alone(4, blk, 0).time(c, streams=4)
+    assert shared > 1.5 * own
+    assert sim.shm_seconds("alltoall", 4, blk, "shm") == pytest.approx(shared)
+    # within a job topology's hosts never: every host must reach the same verdict, whatever
+    # its own cores
+    assert sim.shm_seconds("alltoall", 4, blk, "shm", HOST4) == pytest.approx(own)
+    sel = Selector(dict(C, shm=c), simulate=True, sysfs=sysfs)
+    rows = dict(sel.explain("alltoall", 4, blk, "shm", shm=True, layout=HOST4))
+    assert rows["shm"] == pytest.approx(own)
+    assert dict(sel.explain("alltoall", 4, blk, "shm", shm=True))["shm"] == pytest.approx(shared)
 
 
 def test_large_or_single_rank_communicators_use_the_formulas() -> None:

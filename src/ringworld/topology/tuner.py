@@ -108,13 +108,18 @@ class Simulated:
         t_hi = self._point(key, 2 * lo)
         return t_lo + (t_hi - t_lo) * (nb - lo) / lo
 
-    def shm_seconds(self, collective: str, p: int, nbytes: float, transport: str) -> float:
+    def shm_seconds(self, collective: str, p: int, nbytes: float, transport: str,
+                    layout: Layout | None = None) -> float:
         """The shared-memory algorithm's formula with the cache model
-        (:func:`ringworld.topology.estimate.shm_time`)."""
-        if self._local is None:
-            self._local = discover(self.sysfs, nvidia_smi=lambda: None).topology
-        return shm_time(self._constants(transport), collective, p, nbytes,
-                        shares_cores(self._local, p))
+        (:func:`ringworld.topology.estimate.shm_time`). Ranks on this machine (``layout``
+        None) that outnumber its cores get the crowded paths; within a job topology's hosts
+        they never do, so that every host, whatever its cores, reaches the same verdict."""
+        crowd = False
+        if layout is None:
+            if self._local is None:
+                self._local = discover(self.sysfs, nvidia_smi=lambda: None).topology
+            crowd = shares_cores(self._local, p)
+        return shm_time(self._constants(transport), collective, p, nbytes, crowd)
 
     def _point(self, key: tuple[str, str, int, str, Layout | None, float], n: int) -> float:
         found = self._points.get((*key, n))

@@ -99,7 +99,7 @@ class Selector:
             rows.append((a.name, t))
         if shm and equal_blocks and collective in SHM_MODELS:
             rows.append((SHM, predict(collective, SHM, p, nbytes, c) if sim is None
-                         else sim.shm_seconds(collective, p, nbytes, transport)))
+                         else sim.shm_seconds(collective, p, nbytes, transport, layout)))
         rows.sort(key=lambda row: row[1])
         return rows
 
