@@ -65,18 +65,24 @@ def bus_rate(c: Constants, collective: str, nbytes: int, nranks: int) -> float:
     return 0.0 if share <= 0 else c.bus_rate / min(1.0, share)
 
 
-def call_factor(c: Constants, collective: str, p: int, n: int) -> float:
-    """:func:`cache_factor` of a call of ``n`` bytes as the selector counts them (the vector,
-    or one rank's block for the blocked collectives)."""
+def _as_measured(collective: str, p: int, n: int) -> tuple[str, int]:
+    """The base collective and the bytes as :func:`cache_factor` counts them, of a call of
+    ``n`` bytes as the selector counts them (the vector, or one rank's block for the blocked
+    collectives)."""
     b = base(collective)
-    return cache_factor(c, b, n * p if b in BLOCKED else n, p)
+    return b, n * p if b in BLOCKED else n
+
+
+def call_factor(c: Constants, collective: str, p: int, n: int) -> float:
+    """:func:`cache_factor` of a call of ``n`` bytes as the selector counts them."""
+    b, nbytes = _as_measured(collective, p, n)
+    return cache_factor(c, b, nbytes, p)
 
 
 def call_bus(c: Constants, collective: str, p: int, n: int) -> float:
-    """:func:`bus_rate` of a call of ``n`` bytes as the selector counts them (as
-    :func:`call_factor`)."""
-    b = base(collective)
-    return bus_rate(c, b, n * p if b in BLOCKED else n, p)
+    """:func:`bus_rate` of a call of ``n`` bytes as the selector counts them."""
+    b, nbytes = _as_measured(collective, p, n)
+    return bus_rate(c, b, nbytes, p)
 
 
 def sped_up(topo: Topology, speedup: float) -> Topology:

@@ -114,11 +114,7 @@ class Simulated:
         (:func:`ringworld.topology.estimate.shm_time`). Ranks on this machine (``layout``
         None) that outnumber its cores get the crowded paths; within a job topology's hosts
         they never do, so that every host, whatever its cores, reaches the same verdict."""
-        crowd = False
-        if layout is None:
-            if self._local is None:
-                self._local = discover(self.sysfs, nvidia_smi=lambda: None).topology
-            crowd = shares_cores(self._local, p)
+        crowd = layout is None and shares_cores(self._machine(), p)
         return shm_time(self._constants(transport), collective, p, nbytes, crowd)
 
     def _point(self, key: tuple[str, str, int, str, Layout | None, float], n: int) -> float:
@@ -134,6 +130,12 @@ class Simulated:
             self._points[(*key, n)] = found
         return found
 
+    def _machine(self) -> Topology:
+        """This machine as discovered from /sys (once per process)."""
+        if self._local is None:
+            self._local = discover(self.sysfs, nvidia_smi=lambda: None).topology
+        return self._local
+
     def _constants(self, transport: str) -> Constants:
         return self.constants.get(transport, self.constants["shm"])
 
@@ -143,9 +145,8 @@ class Simulated:
         net = self._nets.get(key)
         if net is None:
             if layout is None:
-                if self._local is None:
-                    self._local = discover(self.sysfs, nvidia_smi=lambda: None).topology
-                topo = self._local.with_params("core", core_params(self._constants(transport)))
+                topo = self._machine().with_params("core",
+                                                   core_params(self._constants(transport)))
                 topo = topo.with_ranks(p)
             else:
                 topo = job_topology(layout, self._constants("shm"), self._constants("tcp"),

@@ -219,7 +219,7 @@ SHM_RACE_MAX = 8 << 20  # algorithms.shm's RACE_MAX: from here the direct path r
 # algorithms.shm's DIRECT_MIN_*_CROWDED: where ranks outnumber the host's cores (ranks then
 # share cores, and no path is raced), the sizes from which the direct path runs (inf: never)
 SHM_DIRECT_CROWDED: dict[str, float] = {"alltoall": 4 << 20, "allgather": 2 << 20,
-                      "reduce_scatter_block": math.inf}
+                                        "reduce_scatter_block": math.inf}
 # The direct reduce_scatter_block and allreduce combine each peer's chunk right after reading it
 # into a cached scratch area (algorithms.shm._combine_slice): two of a combining pass's three
 # streams come from main memory, where ``reduce_rate`` (numpy add(out=) on large arrays) has
