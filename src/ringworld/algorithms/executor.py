@@ -23,7 +23,7 @@ import numpy as np
 from ringworld.algorithms.schedule import COPY, Schedule
 from ringworld.comm.ops import Op
 from ringworld.comm.requests import SEQ_MASK, SIG_SHIFT, RecvRequest, Request
-from ringworld.errors import PeerFailure
+from ringworld.errors import CommBroken, CommRevoked, MismatchError, PeerFailure
 
 if TYPE_CHECKING:
     from ringworld.comm.communicator import Communicator
@@ -219,6 +219,12 @@ class CollectiveRequest(Request[T]):
             # the rank left without doing its part: every member must learn it, also those
             # waiting on other ranks (a rank leaving with status 0 is no failure to the launcher)
             self._engine.report_failure(exc)
+        elif not isinstance(exc, MismatchError | CommRevoked | CommBroken):
+            # members waiting for this rank's part would wait for good (or for their timeout):
+            # they fail with this error instead (a mismatch, a revocation or a failed peer
+            # reaches them anyway)
+            self._engine.report_left(self._comm.coll_context, self._tag & SEQ_MASK,
+                                     f"{self._name()} with {type(exc).__name__}: {exc}"[:400])
         self._error = exc
         self._finished = True
         # given up here: messages of this call may still come, and are no strays (see Engine)
@@ -278,6 +284,8 @@ class CollectiveRequest(Request[T]):
         engine = self._engine
         if engine.mismatched or engine.remote_mismatches:
             engine.check_mismatched(self._comm.coll_context, self._tag & SEQ_MASK)
+        if engine.left_calls or engine.remote_left:  # a rank whose part is missing left
+            engine.check_left(self._comm.coll_context, self._tag & SEQ_MASK)
         return False
 
     # ------------------------------------------------------------------ Request API
@@ -306,16 +314,19 @@ class CollectiveRequest(Request[T]):
                 self._fail(exc)
             raise
 
-    def describe(self) -> str:
-        waiting = sorted({getattr(r, "source", getattr(r, "_dest", -1)) for r in self._pending
-                          if not r.done})
-        who = ", ".join(str(self._comm._to_comm(w)) for w in waiting if w >= 0)
+    def _name(self) -> str:
         what = self.what
         if not isinstance(what, str):  # (collective, algorithm): sized only when needed
             nbytes = max((a.nbytes for a in self._arrays if a is not _NO_DATA), default=0)
             what = f"{what[0]} ({what[1]}, {nbytes} bytes)"
-        return (f"{what} #{self._tag & SEQ_MASK} on {self._comm.name} (rank {self._comm.rank} of "
-                f"{self._comm.size}), step {self._i + 1} of {len(self._steps)}"
+        return what
+
+    def describe(self) -> str:
+        waiting = sorted({getattr(r, "source", getattr(r, "_dest", -1)) for r in self._pending
+                          if not r.done})
+        who = ", ".join(str(self._comm._to_comm(w)) for w in waiting if w >= 0)
+        return (f"{self._name()} #{self._tag & SEQ_MASK} on {self._comm.name} (rank "
+                f"{self._comm.rank} of {self._comm.size}), step {self._i + 1} of {len(self._steps)}"
                 + (f", waiting for rank(s) {who}" if who else ""))
 
     def depends(self, dead: Collection[int]) -> int | None:

@@ -63,7 +63,7 @@ import numpy as np
 
 from ringworld.algorithms.schedule import blocks
 from ringworld.comm.ops import Op
-from ringworld.errors import MismatchError, TransportError
+from ringworld.errors import CommBroken, CommError, MismatchError, TransportError
 
 if TYPE_CHECKING:
     from ringworld.comm.communicator import Communicator
@@ -142,6 +142,12 @@ SMALL = 16384
 EAGER_RING = 8
 EAGER_DONE = 23  # header word: the eager broadcasts this rank has finished
 EAGER_STAMP = 32  # header words 32 ..: per ring entry, (broadcast number << 32) | its signature
+SEQ_WORD = 2  # header words 2, 3: by sync parity, the number of the call that made the sync
+# A rank that leaves a call with an error says so in its header, for good (see Arena.abandon):
+FAILED = 4  # header word: 1 + the number of the call it left (0: none)
+FAILED_FROM = 5  # header word: how (1: a mismatch, 2: another error) | (1 + first rank) << 8
+FAILED_TEXT = 40  # header words 40 ..: the first failure's text (utf-8, FAILED_TEXT_BYTES)
+FAILED_TEXT_BYTES = 192
 SEQ_MASK = 0x7FFFFFFF
 CHUNK = 2 << 20
 INLINE_SPIN = 256  # a few microseconds of counter checks (see Arena.sync)
@@ -180,9 +186,13 @@ class Arena:
         self._bseq = 0  # eager broadcasts so far (the same on every rank)
         self._bhash = 0  # a hash of their roots and signatures, checked at every sync
         self._epoch = 0
+        self._seq = 0  # the number of the call in progress (as the communicator counts calls)
+        # why this rank's windows cannot be used any more (see abandon): (how, first rank, text)
+        self.broken: tuple[int, int, str] | None = None
         self._what = ("", "", 0)
         self.timeout: float | None = None
-        self._sig: tuple[int, int, str] | None = None
+        self._sig: tuple[int, int, str] | None = None  # checked at the call's syncs
+        self._call: tuple[int, int, str] | None = None  # the call's, for the monitor
         self._crc: dict[tuple[Any, ...], tuple[int, str]] = {}
         self.pieces = 0  # pieces streamed so far (the same count on every rank)
         # counter checks in sync() before the general wait; none when ranks outnumber cores
@@ -193,6 +203,7 @@ class Arena:
         # rank must take alike
         self.crowded = comm.oversubscribed
         self.direct = self._probe_direct()
+        comm.describe_calls(self._describe)
         self._races = [0, 0, 0]  # raced calls so far, by collective (the same on every rank)
         self._race_log: dict[int, _Race] = {}  # rank 0's times, by kind << 8 | size class
         self._race_mask = [0, 0, 0]  # rank 0: the size classes whose next call leaves the default
@@ -325,9 +336,13 @@ class Arena:
                      seq: int) -> None:
         """:meth:`begin` with the call's :meth:`signature` computed earlier (kept by callers
         that repeat one call)."""
+        if self.broken is not None:
+            self._what = (what, self.comm.name, seq)
+            raise self._broken_error()
         self._what = (what, self.comm.name, seq)
+        self._seq = seq
         self.timeout = timeout
-        self._sig = sig
+        self._sig = self._call = sig
 
     def place(self, which: int, like: Array) -> None:
         """Start this rank's data in area ``which`` at ``like``'s address modulo a page.
@@ -383,6 +398,7 @@ class Arena:
             at = 8 + 2 * (e & 1)  # by parity: a rank may announce its next call meanwhile
             mine[at] = sig[0]
             mine[at + 1] = sig[1] | self._bhash << 32  # and the eager broadcasts before it
+        mine[SEQ_WORD + (e & 1)] = self._seq
         mine[0] = e
         self.comm.wake_peers()
 
@@ -404,9 +420,19 @@ class Arena:
                 else:
                     self._wait(e)
                     break
+        # every sync checks that every rank reached it in this same call, made alike: a rank
+        # that left an earlier call with an error reaches the same sync count in a later one
+        seq = self._seq
+        sq = SEQ_WORD + (e & 1)
+        for c in self._ctr:
+            if c[sq] != seq or c[FAILED]:
+                self._check_failed()
+                raise MismatchError(
+                    f"{self.what}: ranks reached this sync in different calls; per rank, its "
+                    f"call number: " + ", ".join(f"rank {i}: #{c[sq]}"
+                                                 for i, c in enumerate(self._ctr)))
         sig = self._sig
         if sig is not None:
-            self._sig = None
             at = 8 + 2 * (e & 1)
             word = sig[1] | self._bhash << 32
             for c in self._ctr:
@@ -459,7 +485,9 @@ class Arena:
         sig = self._sig
         self._sig = None  # no sync checks this call
         assert sig is not None, "begin() names the call first"
-        mark = (sig[1] ^ (sig[0] * 0x9E3779B1)) & 0xFFFFFFFF
+        # the call number too: a root that left an earlier call before stamping it stamps its
+        # next broadcast into the same entry, and that must not pass for this one
+        mark = (sig[1] ^ (sig[0] * 0x9E3779B1) ^ (self._seq * 0x85EBCA77)) & 0xFFFFFFFF
         want = s & SEQ_MASK  # the broadcast number in a stamp
         stamp = want << 32 | mark
         me = self.comm.rank
@@ -488,7 +516,8 @@ class Arena:
 
                 self._eager_wait(stamped, lambda: [root], f"rank {root}'s broadcast {s}")
             got = src[word]
-            if got != stamp:
+            if got != stamp or src[FAILED]:
+                self._check_failed()
                 if got >> 32 != want:
                     raise MismatchError(
                         f"{self.what}: rank {root}, its root, went on to another collective "
@@ -528,7 +557,75 @@ class Arena:
                     what: str) -> None:
         ranks = self.comm.world_ranks
         self.comm.spin_until(cond, self.timeout, lambda: f"{self.what}, waiting for {what}",
-                             lambda: [ranks[i] for i in missing()])
+                             lambda: [ranks[i] for i in missing()], self._check_failed)
+        self._check_failed()  # the condition may have come true by a later call's doing
+
+    # ------------------------------------------------------------ calls left with an error
+    def abandon(self, exc: BaseException) -> None:
+        """Record that this rank leaves the call in progress with ``exc``; the windows are
+        unusable from now on (the ranks' sync counts and streams no longer line up).
+
+        Peers find it in this rank's header: those waiting in the call (or any later one) raise
+        at once, naming the first rank that failed and why, instead of waiting for a count this
+        rank may reach in its next call, with other data. This rank's later shared-memory calls
+        on the communicator raise too; a mismatch also breaks its collective sequence, as on
+        the message path. Idempotent. Cost: a few header writes.
+        """
+        if self.broken is not None:
+            return
+        me = self.comm.world_ranks[self.comm.rank]
+        found: tuple[int, int, str] | None = getattr(exc, "first_failure", None)
+        if found is not None:
+            how, first, text = found
+        else:
+            how = 1 if isinstance(exc, MismatchError) else 2
+            first, text = me, f"{type(exc).__name__}: {exc}"
+        self.broken = (how, first, text)
+        raw = text.encode("utf-8", "replace")[:FAILED_TEXT_BYTES]
+        words = np.zeros(FAILED_TEXT_BYTES // 8, dtype="<i8")
+        words.view(np.uint8)[: len(raw)] = np.frombuffer(raw, dtype=np.uint8)
+        mine = self._mine
+        for i, w in enumerate(words.tolist()):
+            mine[FAILED_TEXT + i] = w
+        mine[FAILED_FROM] = how | (first + 1) << 8
+        mine[FAILED] = self._seq + 1  # last: a peer that sees it sees the rest
+        if how == 1:
+            self.comm.note_broken_sequence(self._seq, text.removeprefix("MismatchError: "))
+        self.comm.wake_peers()
+
+    def _check_failed(self) -> None:
+        """Raise if a rank has left a call (see :meth:`abandon`), or the communicator's
+        collective sequence broke elsewhere (a rank on the message path found a mismatch)."""
+        failed = [i for i, c in enumerate(self._ctr) if c[FAILED] and i != self.comm.rank]
+        if not failed:
+            self.comm.check_sequence(self._seq, self._sig)
+            return
+        # the rank whose own failure it was, if one says so; else the first to tell
+        ranks = self.comm.world_ranks
+        pick = failed[0]
+        for i in failed:
+            if self._ctr[i][FAILED_FROM] >> 8 == ranks[i] + 1:
+                pick = i
+                break
+        c = self._ctr[pick]
+        how, first = c[FAILED_FROM] & 0xFF, (c[FAILED_FROM] >> 8) - 1
+        words = np.array([c[FAILED_TEXT + i] for i in range(FAILED_TEXT_BYTES // 8)],
+                         dtype="<i8")
+        text = words.tobytes().rstrip(b"\0").decode("utf-8", "replace")
+        raise _peer_left(how, first, text, self.what, c[FAILED] - 1)
+
+    def _describe(self) -> tuple[int, str] | None:
+        """The call in progress, for the monitor: (its number, its signature text)."""
+        sig = self._call
+        return None if sig is None else (self._seq, f"{sig[2]} (shm, {sig[0]} bytes)")
+
+    def _broken_error(self) -> CommError:
+        """The error of a call on windows that a failure made unusable (see :meth:`abandon`)."""
+        assert self.broken is not None
+        how, first, text = self.broken
+        kind = MismatchError if how == 1 else CommBroken
+        return kind(f"{self.what}: the shared-memory collectives on {self.comm.name} stopped "
+                    f"when world rank {first} left a call with {text}")
 
     @property
     def counters(self) -> list[memoryview]:
@@ -537,9 +634,19 @@ class Arena:
 
     def wait_for(self, cond: Callable[[], bool], missing: Callable[[], Collection[int]],
                  what: str) -> None:
-        """Wait for a condition on the counters (see :meth:`Communicator.spin_until`)."""
+        """Wait for a condition on the counters (see :meth:`Communicator.spin_until`).
+
+        Raises:
+            as :meth:`Communicator.spin_until`; CommBroken or MismatchError when a rank left
+            the call (see :meth:`abandon`).
+        """
         self.comm.spin_until(cond, self.timeout, lambda: f"{self.what}, waiting for {what}",
-                             missing)
+                             missing, self._check_failed)
+        self._check_failed()  # the condition may have come true by a later call's doing
+
+    def peer_failed(self, rank: int) -> bool:
+        """Whether ``rank`` has left a call with an error (see :meth:`abandon`)."""
+        return bool(self._ctr[rank][FAILED])
 
     def _wait(self, e: int) -> None:
         ctr = self._ctr
@@ -556,7 +663,17 @@ class Arena:
             who = [i for i, c in enumerate(ctr) if c[0] < e]
             return f"{self.what}, shared-memory sync {e}, waiting for rank(s) {who}"
 
-        self.comm.spin_until(arrived, self.timeout, describe, missing)
+        self.comm.spin_until(arrived, self.timeout, describe, missing, self._check_failed)
+
+
+def _peer_left(how: int, first: int, text: str, what: str, seq: int) -> CommError:
+    """The error of a rank that finds that world rank ``first`` left call ``seq`` with
+    ``text``: a MismatchError where that was one (``how`` 1), else CommBroken. It carries
+    (how, first, text) for :meth:`Arena.abandon`, which passes the first failure on."""
+    kind = MismatchError if how == 1 else CommBroken
+    exc = kind(f"{what}: world rank {first} left call #{seq} of this communicator with {text}")
+    setattr(exc, "first_failure", (how, first, text))  # noqa: B010 (no such field in the class)
+    return exc
 
 
 class _Race:
@@ -899,7 +1016,7 @@ def _stream(a: Arena, produce: Array | None, producers: Sequence[int],
             a.comm.wake_peers()
         for j in sources:
             src = ctr[j]
-            if src[28] < g + 1:
+            if src[28] < g + 1 or src[FAILED]:
                 a.wait_for(partial(_produced, src, g + 1), partial(list, (ranks[j],)),
                            f"piece {i} of {pieces} from rank {j}")
             if i == 0 and src[30] != nbytes:

@@ -29,7 +29,7 @@ from ringworld.comm import ops
 from ringworld.comm.communicator import _as_int
 from ringworld.comm.engine import Engine
 from ringworld.comm.ops import Op
-from ringworld.comm.requests import CompletedRequest, Request, wait_all
+from ringworld.comm.requests import SEQ_MASK, SIG_SHIFT, CompletedRequest, Request, wait_all
 from ringworld.errors import CommError, CommRevoked, Timeout
 from ringworld.tuning import constants
 from ringworld.tuning.select import Selector
@@ -112,25 +112,37 @@ class Communicator(ObjectCollectives):
         first sync: a disagreement raises MismatchError on every rank instead of corrupting.
         ``sig``: their :meth:`Arena.signature`, when the caller kept it from an earlier call.
         """
-        seq = self.next_seq()  # shared-memory collectives send no messages but keep tags in step
         e = self._engine
         if e.mismatched or e.remote_mismatches or e.strays:  # the sequence broke earlier
             e.check_mismatched(self.coll_context)
         if self._arena is None:
+            # before the call's number is taken: the set-up's barriers come first, signed with
+            # the call, so a rank in another call at the same number is caught as a mismatch
+            setup = f"{what} (shm: setting up the shared windows)"
             try:
-                self._arena = shm.Arena(self, lambda: self.barrier(algorithm="dissemination",
-                                                                   timeout=timeout))
+                self._arena = shm.Arena(self, lambda: self._dissemination(timeout, setup))
             except Timeout as exc:
                 raise Timeout(f"{what} (shm) on {self.name}: setting up shared memory: "
                               f"{exc}") from exc
             self.last_algorithm = "shm"  # not the barriers that set the windows up
             self._ndarray = np.ndarray
+        seq = self.next_seq()  # shared-memory collectives send no messages but keep tags in step
         a = self._arena
         if sig is None:
             a.begin(what, timeout, nbytes, kind, seq)
         else:
             a.begin_signed(what, timeout, sig, seq)
         return a
+
+    def _in_windows(self, run: Callable[..., None], a: shm.Arena, *args: Any) -> None:
+        """``run(a, *args)``: a shared-memory collective; one that raises leaves the windows
+        unusable, and says so to the peers (:meth:`Arena.abandon`), which raise too instead of
+        taking this rank's next call for this one."""
+        try:
+            run(a, *args)
+        except BaseException as exc:
+            a.abandon(exc)
+            raise
 
     def _go(self, collective: str, algo: str, spec: Spec, arrays: Sequence[Array],
             op: Op | None, blocking: bool, timeout: float | None,
@@ -244,16 +256,19 @@ class Communicator(ObjectCollectives):
                  timeout: float | None) -> Request[None]:
         algo = self._choose("barrier", 0, algorithm, blocking=blocking)
         if algo == "shm":
-            shm.barrier(self._shm("barrier", timeout))
+            self._in_windows(shm.barrier, self._shm("barrier", timeout))
             return CompletedRequest(self._engine, None)
         if blocking and self.size > 1:  # without the executor: start-up needs no numpy
             self._dissemination(timeout)
             return CompletedRequest(self._engine, None)
         return self._go("barrier", algo, Spec(self.size, self.rank), [], None, blocking, timeout)
 
-    def _dissemination(self, timeout: float | None) -> None:
-        """The dissemination barrier's schedule, run directly on zero-byte messages."""
-        tag = self.next_seq()
+    def _dissemination(self, timeout: float | None,
+                       what: str = "barrier(algorithm=dissemination)") -> None:
+        """The dissemination barrier's schedule, run directly on zero-byte messages, signed
+        with ``what`` (a rank in another call is caught as a mismatch)."""
+        tag = self.next_seq() | self._engine.sign(what) << SIG_SHIFT
+        self._engine.note_call(self.coll_context, tag)
         sink = memoryview(bytearray(0))
         for step in registry.build("barrier", "dissemination", Spec(self.size, self.rank)).steps:
             reqs: list[Request[Any]] = [self.coll_irecv(sink, x.peer, tag) for x in step.recvs]
@@ -264,7 +279,7 @@ class Communicator(ObjectCollectives):
             try:
                 wait_all(reqs, timeout)
             except Timeout as exc:
-                raise Timeout(f"barrier #{tag} on {self.name}: {exc}") from exc
+                raise Timeout(f"barrier #{tag & SEQ_MASK} on {self.name}: {exc}") from exc
 
     # ------------------------------------------------------------------ bcast
     def bcast(self, buf: Any, root: int = 0, *, algorithm: str | None = None,
@@ -278,7 +293,7 @@ class Communicator(ObjectCollectives):
             Timeout, PeerFailure, TruncationError (ranks disagree on the size).
         """
         if algorithm is None and (sig := self._again("bcast", buf, buf, root)) is not None:
-            shm.bcast(self._shm("bcast", timeout, sig=sig), buf, root)
+            self._in_windows(shm.bcast, self._shm("bcast", timeout, sig=sig), buf, root)
             return
         self._bcast(buf, root, algorithm, True, timeout)
 
@@ -292,7 +307,7 @@ class Communicator(ObjectCollectives):
         a = bufs.as_array(buf, "buf", writable=self.rank != root)
         algo = self._choose("bcast", a.nbytes, algorithm, blocking=blocking)
         if algo == "shm":
-            shm.bcast(self._shm("bcast", timeout, a.nbytes, (root,)), a, root)
+            self._in_windows(shm.bcast, self._shm("bcast", timeout, a.nbytes, (root,)), a, root)
             self._keep("bcast", buf, buf, a, a, root, a.nbytes, (root,))
             return CompletedRequest(self._engine, None)
         seg = max(1, self.selector.segment_bytes // max(1, a.itemsize))
@@ -334,7 +349,8 @@ class Communicator(ObjectCollectives):
                             blocking=blocking)
         if algo == "shm":
             kind = (sb.dtype, o.name, root)
-            shm.reduce(self._shm("reduce", timeout, sb.nbytes, kind), sb, rb, o, root)
+            self._in_windows(shm.reduce, self._shm("reduce", timeout, sb.nbytes, kind),
+                             sb, rb, o, root)
             return CompletedRequest(self._engine, None)
         return self._go("reduce", algo, Spec(self.size, self.rank, sb.size, root,
                                              commutative=o.commutative),
@@ -380,7 +396,12 @@ class Communicator(ObjectCollectives):
         if rb.ndim != 1:
             rb, sb = rb.reshape(-1), sb.reshape(-1)  # views: both are contiguous
         self.last_algorithm = "shm"
-        shm.allreduce(self._shm("allreduce", timeout, sig=sig), sb, rb, o)
+        a = self._shm("allreduce", timeout, sig=sig)
+        try:
+            shm.allreduce(a, sb, rb, o)
+        except BaseException as exc:
+            a.abandon(exc)
+            raise
         return True
 
     def _small_plan(self, sendbuf: Any, rb: Any, op: OpLike
@@ -440,7 +461,8 @@ class Communicator(ObjectCollectives):
                             blocking=blocking)
         if algo == "shm":
             kind = (rb.dtype, o.name)
-            shm.allreduce(self._shm("allreduce", timeout, rb.nbytes, kind), sb, rb, o)
+            self._in_windows(shm.allreduce, self._shm("allreduce", timeout, rb.nbytes, kind),
+                             sb, rb, o)
             return CompletedRequest(self._engine, None)
         return self._go("allreduce", algo, Spec(self.size, self.rank, rb.size,
                                                 commutative=o.commutative),
@@ -539,8 +561,9 @@ class Communicator(ObjectCollectives):
         """
         if (algorithm is None and (sig := self._again("reduce_scatter_block", sendbuf, recvbuf,
                                                       op)) is not None):
-            shm.reduce_scatter_block(self._shm("reduce_scatter_block", timeout, sig=sig),
-                                     sendbuf, recvbuf, self._op(op, sendbuf))
+            self._in_windows(shm.reduce_scatter_block,
+                             self._shm("reduce_scatter_block", timeout, sig=sig),
+                             sendbuf, recvbuf, self._op(op, sendbuf))
             return
         self._reduce_scatter(sendbuf, recvbuf, None, op, algorithm, True, timeout)
 
@@ -593,7 +616,8 @@ class Communicator(ObjectCollectives):
                             equal_blocks=counts is None, blocking=blocking)
         if algo == "shm":
             kind = (sb.dtype, o.name)
-            shm.reduce_scatter_block(self._shm(coll, timeout, sb.nbytes, kind), sb, out, o)
+            self._in_windows(shm.reduce_scatter_block, self._shm(coll, timeout, sb.nbytes, kind),
+                             sb, out, o)
             if finish is None and counts is None:
                 self._keep(coll, sendbuf, recvbuf, sb, rb, op, sb.nbytes, kind)
             if finish is not None:
@@ -802,7 +826,8 @@ class Communicator(ObjectCollectives):
         """
         if (algorithm is None
                 and (sig := self._again("allgather", sendbuf, recvbuf, None)) is not None):
-            shm.allgather(self._shm("allgather", timeout, sig=sig), sendbuf, recvbuf)
+            self._in_windows(shm.allgather, self._shm("allgather", timeout, sig=sig),
+                             sendbuf, recvbuf)
             return
         self._allgather(sendbuf, recvbuf, None, None, algorithm, True, timeout)
 
@@ -849,7 +874,8 @@ class Communicator(ObjectCollectives):
         bufs.same_dtype(sb, rb, "sendbuf", "recvbuf")
         algo = self._choose(coll, sb.nbytes, algorithm, equal_blocks=equal, blocking=blocking)
         if algo == "shm":
-            shm.allgather(self._shm(coll, timeout, rb.nbytes, (rb.dtype,)), sb, rb)
+            self._in_windows(shm.allgather, self._shm(coll, timeout, rb.nbytes, (rb.dtype,)),
+                             sb, rb)
             if counts is None:
                 self._keep(coll, sendbuf, recvbuf, sb, rb, None, rb.nbytes, (rb.dtype,))
             return CompletedRequest(self._engine, None)
@@ -865,7 +891,8 @@ class Communicator(ObjectCollectives):
         """
         if (algorithm is None
                 and (sig := self._again("alltoall", sendbuf, recvbuf, None)) is not None):
-            shm.alltoall(self._shm("alltoall", timeout, sig=sig), sendbuf, recvbuf)
+            self._in_windows(shm.alltoall, self._shm("alltoall", timeout, sig=sig),
+                             sendbuf, recvbuf)
             return
         self._alltoall(sendbuf, recvbuf, algorithm, True, timeout)
 
@@ -885,7 +912,7 @@ class Communicator(ObjectCollectives):
         algo = self._choose("alltoall", sb.nbytes // p, algorithm, blocking=blocking)
         if algo == "shm":
             kind = (rb.dtype,)
-            shm.alltoall(self._shm("alltoall", timeout, rb.nbytes, kind), sb, rb)
+            self._in_windows(shm.alltoall, self._shm("alltoall", timeout, rb.nbytes, kind), sb, rb)
             self._keep("alltoall", sendbuf, recvbuf, sb, rb, None, rb.nbytes, kind)
             return CompletedRequest(self._engine, None)
         return self._go("alltoall", algo, Spec(p, r, n), [sb, rb], None, blocking, timeout)

@@ -26,6 +26,8 @@ from ringworld.comm.engine import CHECK_PEERS_EVERY, SELF_CONTEXT, Engine
 from ringworld.comm.requests import (
     ANY_SOURCE,
     ANY_TAG,
+    SEQ_MASK,
+    SIG_SHIFT,
     TAG_UB,
     BufferRecvRequest,
     RecvRequest,
@@ -304,14 +306,17 @@ class Communicator:
             closer()  # closes the window (once), and forgets the finalizer
 
     def spin_until(self, cond: Callable[[], bool], timeout: float | None,
-                   describe: Callable[[], str], waiting_for: Callable[[], Collection[int]]) -> None:
+                   describe: Callable[[], str], waiting_for: Callable[[], Collection[int]],
+                   abort: Callable[[], None] | None = None) -> None:
         """Wait for ``cond()`` (a flag in shared memory), keeping messages moving.
 
         Spins first (the flag usually flips within microseconds), polling the transports every
         few checks so nonblocking operations progress; then sleeps in the transport's
         ``wait_event`` in short slices (peers that flip a flag call :meth:`wake_peers`), so
         ranks that outnumber the cores hand theirs to the rank being waited for. Checks peers'
-        liveness every 50 ms; ``waiting_for()`` names the world ranks still awaited.
+        liveness every 50 ms; ``waiting_for()`` names the world ranks still awaited. ``abort()``,
+        if given, is called now and then once the first spin is over: it raises to end the wait
+        (a peer that left the call, say).
 
         Raises:
             Timeout: not true within ``timeout`` (default: the job's); names what was awaited.
@@ -322,13 +327,13 @@ class Communicator:
         engine = self._engine
         try:
             self._spin_loop(cond, engine.timeout if timeout is None else timeout, describe,
-                            waiting_for)
+                            waiting_for, abort)
         finally:
             engine.waiting = None  # set once the wait got long (for the monitor)
 
     def _spin_loop(self, cond: Callable[[], bool], timeout: float | None,
-                   describe: Callable[[], str], waiting_for: Callable[[], Collection[int]]
-                   ) -> None:
+                   describe: Callable[[], str], waiting_for: Callable[[], Collection[int]],
+                   abort: Callable[[], None] | None) -> None:
         engine = self._engine
 
         def waiting() -> bool:
@@ -346,6 +351,8 @@ class Communicator:
                 engine.progress()
             if polls < spin:
                 continue
+            if abort is not None and polls & 15 == 0:
+                abort()
             now = time.monotonic()
             if deadline is None:
                 deadline = math.inf if timeout is None else now + timeout
@@ -399,6 +406,34 @@ class Communicator:
         e.entered[self.coll_context] = seq  # for the monitor: who entered which collective
         e.current = (self.coll_context, seq, self.name, self._ranks)
         return seq
+
+    def describe_calls(self, describe: Callable[[], tuple[int, str] | None]) -> None:
+        """Register how to describe this communicator's collective in progress on a path that
+        sends no messages (the shared-memory windows): ``describe()`` gives (call number, the
+        call's signature text), or None. The monitor compares it with the members' calls."""
+        self._engine.call_describers[self.coll_context] = describe
+
+    def note_broken_sequence(self, seq: int, text: str) -> None:
+        """Break this communicator's collective sequence at call ``seq`` on this rank: ranks
+        disagreed there (``text`` says how); this and every later collective call raises
+        MismatchError showing it, on every path."""
+        self._engine.mismatched.setdefault(self.coll_context, (seq, text))
+
+    def check_sequence(self, seq: int, sig: Any = None) -> None:
+        """Raise if this communicator's collective sequence broke at call ``seq`` or before
+        (found by this rank or published by another). The first check in a call notes it as
+        the call in progress (``sig``: its shared-memory signature), so that messages another
+        rank sends in the same call, on another path, are found as a mismatch.
+
+        Raises:
+            MismatchError: as above.
+        """
+        e = self._engine
+        ctx = self.coll_context
+        if sig is not None and e.entered_tag.get(ctx, -1) & SEQ_MASK != seq:
+            e.note_call(ctx, seq | e.sign(f"{sig[2]} (shm, {sig[0]} bytes)") << SIG_SHIFT)
+        if e.mismatched or e.remote_mismatches or e.strays:
+            e.check_mismatched(ctx, seq)
 
     # ------------------------------------------------------------------ buffers
     def isend(self, buf: Any, dest: int, tag: int = 0) -> Request[None]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+import zlib
 from collections import defaultdict
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
@@ -114,12 +115,20 @@ class Engine:
         # mismatches found elsewhere: (context, seq, by, by's call, sender, sender's call)
         self.remote_mismatches: list[tuple[int, int, int, str, int, str | None]] = []
         self.mismatched: dict[int, tuple[int, str]] = {}  # context -> (broken call, why)
+        # collective calls another rank left with an error: (context, seq, by, why) found by
+        # the monitor, and (context, seq) -> the error once taken in (see fail_left)
+        self.remote_left: list[tuple[int, int, int, str]] = []
+        self.left_calls: dict[tuple[int, int], str] = {}
         self.ft: Any = None  # the job's fault-tolerance service (store based), if any
         self.hosts: list[str] = ["local"] * size  # each world rank's host label
         self.signatures: dict[int, str] = {}  # collective call signature hash -> description
+        self._marks: dict[str, int] = {}  # ... and back (see sign)
         self._mismatched: list[tuple[RecvRequest[Any], int, int]] = []  # found while polling
         # signed collective calls (see note_call): context -> tag of the call this rank is in
         self.entered_tag: dict[int, int] = {}
+        # collective context -> how to describe its call in progress on a path that sends no
+        # messages (the shared-memory windows; see Communicator.describe_calls)
+        self.call_describers: dict[int, Callable[[], tuple[int, str] | None]] = {}
         self.previous_tag: dict[int, int] = {}  # ... and of the signed call before it
         # collective calls not finished on this rank, whose messages may still come late:
         # nonblocking ones in flight and ones that failed here (context -> sequence numbers)
@@ -287,6 +296,17 @@ class Engine:
                 return
 
     # ------------------------------------------------------------------ stray messages
+    def sign(self, text: str) -> int:
+        """The 16-bit signature (never 0) of the call that ``text`` describes, noted for the
+        mismatch messages. Cost: a dict lookup once known."""
+        mark = self._marks.get(text)
+        if mark is None:
+            mark = (zlib.crc32(text.encode()) & 0xFFFF) | 1
+            if len(self._marks) < 4096:
+                self._marks[text] = mark
+            self.signatures.setdefault(mark, text)
+        return mark
+
     def note_call(self, context: int, tag: int) -> None:
         """Record that this rank entered the signed collective call ``tag`` on ``context``.
 
@@ -585,6 +605,8 @@ class Engine:
             self._peer_failed(exc)
         while self.remote_mismatches:
             self.fail_call(*self.remote_mismatches.pop())
+        while self.remote_left:
+            self.fail_left(*self.remote_left.pop())
         while self.remote_revocations:
             contexts, members, why = self.remote_revocations.pop()
             if self.rank in members:
@@ -611,6 +633,44 @@ class Engine:
             with contextlib.suppress(RingworldError):
                 self.ft.publish_failure(exc.rank, f"{exc.detail.split(';')[0]}, during a "
                                                   "collective")
+
+    def report_left(self, context: int, seq: int, text: str) -> None:
+        """Tell every rank (through the job store) that this rank left its collective call
+        ``seq`` on ``context`` with an error (``text``: "the call with the error"): members
+        waiting in it for this rank's part fail instead of waiting (see :meth:`fail_left`).
+        Best effort (no monitor, no store: they wait for their timeout or this rank's exit)."""
+        if self.ft is not None:
+            with contextlib.suppress(RingworldError):
+                self.ft.publish_left(context, seq, text)
+
+    def fail_left(self, context: int, seq: int, by: int, text: str) -> None:
+        """Fail this rank's receives of collective call ``seq`` on ``context``, now and later
+        (:meth:`check_left`), as world rank ``by`` left that call with an error (``text``)."""
+        name = self.comm_names.get(context, f"context {context}")
+        why = f"{name}, call #{seq}: world rank {by} left {text}"
+        self.left_calls.setdefault((context, seq), why)
+        self.calm = False
+        posted = self.posted.get(context)
+        if not posted:
+            return
+        failed = [r for r in posted if r.tag > SEQ_MASK and r.tag & SEQ_MASK == seq]
+        if failed:
+            posted[:] = [r for r in posted if r not in failed]
+        for r in failed:
+            r._error = CommBroken(why)
+            r._done = True
+
+    def check_left(self, context: int, seq: int) -> None:
+        """Raise if another rank left collective call ``seq`` on ``context`` with an error.
+
+        Raises:
+            CommBroken: naming that rank and its error.
+        """
+        while self.remote_left:
+            self.fail_left(*self.remote_left.pop())
+        why = self.left_calls.get((context, seq))
+        if why is not None:
+            raise CommBroken(why)
 
     def _peer_failed(self, exc: PeerFailure) -> None:
         if exc.rank not in self.dead:

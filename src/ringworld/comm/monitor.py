@@ -203,7 +203,13 @@ class Monitor:
         count = store.add(f"{_PREFIX}mismatch/count", 0)
         while self._seen_mismatches < count:
             self._seen_mismatches += 1
-            record = _mismatch_record(store, self._seen_mismatches)
+            info = _get_json(store, f"{_PREFIX}mismatch/{self._seen_mismatches}")
+            left = _left_record(info)
+            if left is not None:
+                if left[2] != self.rank:
+                    self.engine.remote_left.append(left)
+                continue
+            record = _parse_mismatch(info)
             if record is not None and record[2] != self.rank:
                 self.engine.remote_mismatches.append(record)
 
@@ -230,6 +236,19 @@ class Monitor:
         store.set(f"{_PREFIX}mismatch/{i}", json.dumps(
             {"context": context, "seq": seq, "by": self.rank, "by_call": mine,
              "sender": sender, "sender_call": sender_call}).encode())
+
+    def publish_left(self, context: int, seq: int, text: str) -> None:
+        """Tell the other ranks that this rank left its call ``seq`` on ``context`` with an
+        error (``text``): those waiting in that call, or entering it later, fail with it. Two
+        round trips.
+
+        Raises:
+            StoreError: the store is unreachable.
+        """
+        store = self._require_store()
+        i = store.add(f"{_PREFIX}mismatch/count", 1)
+        store.set(f"{_PREFIX}mismatch/{i}", json.dumps(
+            {"context": context, "seq": seq, "by": self.rank, "left": text}).encode())
 
     def has_exited(self, rank: int) -> bool:
         """Whether ``rank`` told the job it left (finalize, also run at exit). False when
@@ -410,7 +429,23 @@ MismatchRecord = tuple[int, int, int, str, int, str | None]
 
 def _mismatch_record(store: Store, i: int) -> MismatchRecord | None:
     """Published mismatch number ``i`` as (context, seq, by, by_call, sender, sender_call)."""
-    info = _get_json(store, f"{_PREFIX}mismatch/{i}")
+    return _parse_mismatch(_get_json(store, f"{_PREFIX}mismatch/{i}"))
+
+
+def _left_record(info: dict[str, Any]) -> tuple[int, int, int, str] | None:
+    """A published call left with an error (see Monitor.publish_left) as (context, seq, by,
+    text), or None if ``info`` is not one."""
+    if "left" not in info:
+        return None
+    try:
+        return int(info["context"]), int(info["seq"]), int(info["by"]), str(info["left"])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _parse_mismatch(info: dict[str, Any]) -> MismatchRecord | None:
+    if "left" in info:
+        return None
     try:
         sender_call = info.get("sender_call")
         return (int(info["context"]), int(info["seq"]), int(info["by"]), str(info["by_call"]),
