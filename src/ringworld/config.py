@@ -153,7 +153,7 @@ def from_env(env: Mapping[str, str] | None = None, *, detect_launcher: bool = Tr
             timeout = float(timeout_raw)
         except ValueError:
             raise ConfigError(f"RINGWORLD_TIMEOUT={timeout_raw!r} is not a number") from None
-        if timeout <= 0:
+        if not timeout > 0:  # also NaN
             raise ConfigError(f"RINGWORLD_TIMEOUT={timeout_raw!r} must be positive")
     liveness_raw = e.get("RINGWORLD_LIVENESS_TIMEOUT") or "20"
     try:

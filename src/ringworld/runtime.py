@@ -172,7 +172,7 @@ def init(*, transport: str | None = None, timeout: float | None = None,
             raise RuntimeError("ringworld.init() called after finalize(); a process runs one job")
         if transport is not None and transport not in _config.TRANSPORTS:
             raise ValueError(f"transport={transport!r} must be one of {_config.TRANSPORTS}")
-        if timeout is not None and timeout <= 0:
+        if timeout is not None and not timeout > 0:  # also NaN
             raise ValueError(f"timeout={timeout!r} must be positive or None")
         if _config.backend_from_env(backend) == "mpi":
             _world = _init_mpi(timeout)

@@ -88,8 +88,11 @@ class CollectiveRequest(Request[T]):
         # the call's signature rides in the tag's high bits: the engine fails a receive whose
         # peer sent the same sequence number with another signature (MismatchError)
         self._tag = comm.next_seq() | (sig << SIG_SHIFT)
+        engine = comm._engine
         if sig:
-            comm._engine.note_call(comm.coll_context, self._tag)
+            engine.note_call(comm.coll_context, self._tag)
+        if engine.mismatched or engine.remote_mismatches:  # broke earlier: fail before sending
+            engine.check_mismatched(comm.coll_context, self._tag & SEQ_MASK)
         arrs = list(arrays)
         while len(arrs) < 3:
             arrs.append(_NO_DATA)

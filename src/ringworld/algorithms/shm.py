@@ -425,12 +425,8 @@ class Arena:
         seq = self._seq
         sq = SEQ_WORD + (e & 1)
         for c in self._ctr:
-            if c[sq] != seq or c[FAILED]:
+            if c[FAILED]:
                 self._check_failed()
-                raise MismatchError(
-                    f"{self.what}: ranks reached this sync in different calls; per rank, its "
-                    f"call number: " + ", ".join(f"rank {i}: #{c[sq]}"
-                                                 for i, c in enumerate(self._ctr)))
         sig = self._sig
         if sig is not None:
             at = 8 + 2 * (e & 1)
@@ -449,11 +445,22 @@ class Arena:
                             f"{self._bseq}); per rank, a hash of them: "
                             + ", ".join(f"rank {i}: {k >> 32:08x}"
                                         for i, (_, k) in enumerate(seen)))
-                    raise MismatchError(
+                    exc = MismatchError(
                         f"{self.what}: ranks called it differently (this rank: {sig[2]}, "
                         f"{sig[0]} bytes); per rank (bytes, call signature): "
                         + ", ".join(f"rank {i}: ({b}, {k & 0xFFFFFFFF:08x})"
                                     for i, (b, k) in enumerate(seen)))
+                    if all(c[sq] == seq for c in self._ctr):
+                        # every rank reads the same words here, so every rank raises at this
+                        # same sync, in the same call: the windows stay in step and usable
+                        setattr(exc, "in_step", True)  # noqa: B010 (no such field in the class)
+                    raise exc
+        for c in self._ctr:
+            if c[sq] != seq:
+                raise MismatchError(
+                    f"{self.what}: ranks reached this sync in different calls (one left a "
+                    f"call or made one more); per rank, its call number: "
+                    + ", ".join(f"rank {i}: #{c[sq]}" for i, c in enumerate(self._ctr)))
 
     def eager_bcast(self, buf: Array, root: int) -> None:
         """Broadcast ``buf`` (at most SMALL bytes) through ``root``'s ring, without a sync.
@@ -571,7 +578,7 @@ class Arena:
         on the communicator raise too; a mismatch also breaks its collective sequence, as on
         the message path. Idempotent. Cost: a few header writes.
         """
-        if self.broken is not None:
+        if self.broken is not None or getattr(exc, "in_step", False):
             return
         me = self.comm.world_ranks[self.comm.rank]
         found: tuple[int, int, str] | None = getattr(exc, "first_failure", None)

@@ -29,7 +29,14 @@ from ringworld.comm import ops
 from ringworld.comm.communicator import _as_int
 from ringworld.comm.engine import Engine
 from ringworld.comm.ops import Op
-from ringworld.comm.requests import SEQ_MASK, SIG_SHIFT, CompletedRequest, Request, wait_all
+from ringworld.comm.requests import (
+    SEQ_MASK,
+    SIG_SHIFT,
+    CompletedRequest,
+    Request,
+    check_timeout,
+    wait_all,
+)
 from ringworld.errors import CommError, CommRevoked, Timeout
 from ringworld.tuning import constants
 from ringworld.tuning.select import Selector
@@ -112,6 +119,8 @@ class Communicator(ObjectCollectives):
         first sync: a disagreement raises MismatchError on every rank instead of corrupting.
         ``sig``: their :meth:`Arena.signature`, when the caller kept it from an earlier call.
         """
+        if timeout is not None:
+            check_timeout(timeout)  # before the call's number is taken: a local error
         e = self._engine
         if e.mismatched or e.remote_mismatches or e.strays:  # the sequence broke earlier
             e.check_mismatched(self.coll_context)
@@ -147,6 +156,8 @@ class Communicator(ObjectCollectives):
     def _go(self, collective: str, algo: str, spec: Spec, arrays: Sequence[Array],
             op: Op | None, blocking: bool, timeout: float | None,
             finish: Callable[[], None] | None = None) -> Request[None]:
+        if timeout is not None:
+            check_timeout(timeout)  # before the call's number is taken: a local error
         sched = registry.build(collective, algo, spec)  # cached: schedules are pure
         what = (collective, algo)  # described with its size only if an error needs it
         sig = self._signature(collective, algo, spec, arrays, op)
@@ -267,8 +278,13 @@ class Communicator(ObjectCollectives):
                        what: str = "barrier(algorithm=dissemination)") -> None:
         """The dissemination barrier's schedule, run directly on zero-byte messages, signed
         with ``what`` (a rank in another call is caught as a mismatch)."""
-        tag = self.next_seq() | self._engine.sign(what) << SIG_SHIFT
-        self._engine.note_call(self.coll_context, tag)
+        if timeout is not None:
+            check_timeout(timeout)
+        e = self._engine
+        tag = self.next_seq() | e.sign(what) << SIG_SHIFT
+        e.note_call(self.coll_context, tag)
+        if e.mismatched or e.remote_mismatches:  # the sequence broke earlier
+            e.check_mismatched(self.coll_context, tag & SEQ_MASK)
         sink = memoryview(bytearray(0))
         for step in registry.build("barrier", "dissemination", Spec(self.size, self.rank)).steps:
             reqs: list[Request[Any]] = [self.coll_irecv(sink, x.peer, tag) for x in step.recvs]

@@ -17,7 +17,7 @@ from typing import Any
 
 from ringworld.comm import objects, ops
 from ringworld.comm.communicator import Communicator as P2PCommunicator
-from ringworld.comm.requests import SIG_SHIFT, Request, wait_all
+from ringworld.comm.requests import SEQ_MASK, SIG_SHIFT, Request, wait_all
 from ringworld.errors import CommError, PeerFailure, Timeout
 
 _OBJ_SIGNATURES: dict[tuple[str, int, str], int] = {}  # (collective, root, op) -> 16-bit hash
@@ -76,10 +76,10 @@ class ObjectCollectives(P2PCommunicator):
         try:
             yield
         except Timeout as exc:
-            raise Timeout(f"{what} #{tag} on {self.name}: {exc}") from exc
+            raise Timeout(f"{what} #{tag & SEQ_MASK} on {self.name}: {exc}") from exc
         except PeerFailure as exc:
-            raise PeerFailure(exc.rank, f"{exc.detail} (in {what} #{tag} on {self.name})"
-                              ) from exc
+            raise PeerFailure(exc.rank, f"{exc.detail} (in {what} #{tag & SEQ_MASK} on "
+                                        f"{self.name})") from exc
 
     def _obj_seq(self, what: str, root: int = 0, op: str = "") -> int:
         """The next sequence number with this call's signature in its high bits, so that a

@@ -35,6 +35,7 @@ from ringworld.comm.requests import (
     SendRequest,
     Status,
     _new_status,
+    check_timeout,
     wait_all,
 )
 from ringworld.errors import PeerFailure, TransportError
@@ -326,8 +327,8 @@ class Communicator:
             return
         engine = self._engine
         try:
-            self._spin_loop(cond, engine.timeout if timeout is None else timeout, describe,
-                            waiting_for, abort)
+            self._spin_loop(cond, engine.timeout if timeout is None else check_timeout(timeout),
+                            describe, waiting_for, abort)
         finally:
             engine.waiting = None  # set once the wait got long (for the monitor)
 
@@ -367,6 +368,8 @@ class Communicator:
                 dead = [w for w in waiting_for() if w in engine.dead]
                 if engine.reported and not dead:  # a member hangs: the sync never ends
                     dead = [w for w in self._ranks if w in engine.reported]
+                if dead and engine.explained(dead[0]) and abort is not None:
+                    abort()  # raises the published reason, if it is this call's
                 if dead:
                     cause = engine.dead[dead[0]]
                     raise PeerFailure(dead[0], f"{cause.detail}; while waiting for "
@@ -541,7 +544,44 @@ class Communicator:
         assert r.status is not None
         return r.status
 
+    def issend(self, buf: Any, dest: int, tag: int = 0) -> Request[None]:
+        """Start a synchronous send of ``buf``: the request completes once a receive on
+        ``dest`` has matched the message (not merely once it is buffered), as MPI_Issend.
+
+        Cost: one empty acknowledgement message back from the receiver.
+
+        Raises:
+            TypeError / ValueError: bad ``buf``, ``dest`` or ``tag``.
+        """
+        view = send_view(buf, "buf")
+        w = self._world(dest, "dest")
+        return self._engine.isend_sync(w, self.context, self._send_tag(tag), 0, (view,),
+                                       len(view), view)
+
+    def ssend(self, buf: Any, dest: int, tag: int = 0, *, timeout: float | None = None) -> None:
+        """Send ``buf`` synchronously: return once a receive on ``dest`` has matched it.
+
+        Raises:
+            TypeError / ValueError: bad ``buf``, ``dest``, ``tag`` or ``timeout``.
+            Timeout: no receive matched it in time (the message stays sent).
+            PeerFailure: ``dest`` failed first.
+        """
+        self.issend(buf, dest, tag).wait(timeout)
+
     # ------------------------------------------------------------------ objects
+    def issend_obj(self, obj: Any, dest: int, tag: int = 0) -> Request[None]:
+        """Start a synchronous send of a picklable value (see :meth:`issend`)."""
+        w = self._world(dest, "dest")
+        t = self._send_tag(tag)
+        segments, nbytes, flags, keep = objects.encode(obj)
+        return self._engine.isend_sync(w, self.context, t, flags, segments, nbytes,
+                                       (segments, keep))
+
+    def ssend_obj(self, obj: Any, dest: int, tag: int = 0, *,
+                  timeout: float | None = None) -> None:
+        """Send a picklable value synchronously (see :meth:`ssend`)."""
+        self.issend_obj(obj, dest, tag).wait(timeout)
+
     def isend_obj(self, obj: Any, dest: int, tag: int = 0) -> Request[None]:
         """Start sending a picklable value to ``dest``.
 

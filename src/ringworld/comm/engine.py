@@ -18,17 +18,21 @@ import contextlib
 import os
 import time
 import zlib
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from ringworld.comm.requests import (
+    ACK_CONTEXT,
     ANY_SOURCE,
     ANY_TAG,
+    FLAG_SYNC,
     SEQ_MASK,
     SIG_SHIFT,
     TAG_UB,
     RecvRequest,
+    SyncSendRequest,
+    check_timeout,
 )
 from ringworld.errors import (
     CommBroken,
@@ -67,6 +71,10 @@ def usable_cpus() -> int:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return os.cpu_count() or 1
+
+
+def _nothing() -> None:
+    pass
 
 
 class Engine:
@@ -119,6 +127,9 @@ class Engine:
         # the monitor, and (context, seq) -> the error once taken in (see fail_left)
         self.remote_left: list[tuple[int, int, int, str]] = []
         self.left_calls: dict[tuple[int, int], str] = {}
+        self._explained: set[int] = set()  # exited ranks whose reasons were looked up
+        # synchronous sends waiting for their match, by (dest, context, tag), in send order
+        self.sync_waiting: dict[tuple[int, int, int], deque[SyncSendRequest]] = {}
         self.ft: Any = None  # the job's fault-tolerance service (store based), if any
         self.hosts: list[str] = ["local"] * size  # each world rank's host label
         self.signatures: dict[int, str] = {}  # collective call signature hash -> description
@@ -208,6 +219,9 @@ class Engine:
                     return
             if inc.tag > SEQ_MASK:  # a signed collective message nobody takes: a mismatch?
                 self._check_signatures(inc.context, inc.source, inc.tag, posted)
+        if inc.context == ACK_CONTEXT:
+            self._take_ack(inc)
+            return
         if inc.tag > SEQ_MASK:
             if self.entered_tag:
                 self._check_unexpected(inc.context, inc.tag, inc.source)
@@ -594,7 +608,50 @@ class Engine:
                 or self.unexpected.get(context)):
             return None
         got = t.take_eager(source, context, tag, dest, polls)
-        return got if isinstance(got, tuple) else None
+        if not isinstance(got, tuple):
+            return None
+        if got[1] & FLAG_SYNC:  # matched here: the sender waits for this
+            self.acknowledge(source, context, got[0])
+            return got[0], got[1] ^ FLAG_SYNC, got[2], got[3]
+        return got
+
+    # ------------------------------------------------------------------ synchronous sends
+    def isend_sync(self, dest: int, context: int, tag: int, flags: int,
+                   segments: Sequence[memoryview], nbytes: int,
+                   keep: object) -> SyncSendRequest:
+        """Send a message that completes only once a receive on ``dest`` matches it (MPI's
+        synchronous mode): the receiver acknowledges the match with an empty message on
+        ACK_CONTEXT. Sends of one (dest, context, tag) are matched in order (MPI's
+        non-overtaking rule), so the acknowledgements need no ids.
+
+        Raises:
+            as :meth:`isend`.
+        """
+        req = SyncSendRequest(self, dest, keep, context)
+        key = (dest, context, tag)
+        waiting = self.sync_waiting.setdefault(key, deque())
+        waiting.append(req)  # before sending: a send to this rank is matched at once
+        try:
+            req._handle = self.isend(dest, context, tag, flags | FLAG_SYNC, segments, nbytes)
+        except BaseException:
+            waiting.remove(req)
+            raise
+        return req
+
+    def acknowledge(self, source: int, context: int, tag: int) -> None:
+        """Tell world rank ``source`` that its synchronous send (context, tag) was matched.
+        Best effort: a sender that is gone waits for nothing."""
+        with contextlib.suppress(RingworldError):
+            self.isend(source, ACK_CONTEXT, context << 32 | tag, 0, (), 0)
+
+    def _take_ack(self, inc: Incoming) -> None:
+        inc.read_into(memoryview(bytearray(0)), _nothing)
+        key = (inc.source, inc.tag >> 32, inc.tag & SEQ_MASK)
+        waiting = self.sync_waiting.get(key)
+        if waiting:
+            waiting.popleft().acked = True
+            if not waiting:
+                del self.sync_waiting[key]
 
     def check_peers(self) -> None:
         """Record peers that have exited (after draining what they sent before they died), and
@@ -691,10 +748,7 @@ class Engine:
             PeerFailure: a peer the operation needs has exited.
             CommBroken: the engine failed.
         """
-        if timeout is None:
-            timeout = self.timeout
-        elif timeout < 0:
-            raise ValueError(f"timeout={timeout} must be >= 0 or None")
+        timeout = self.timeout if timeout is None else check_timeout(timeout)
         progress = self.progress
         for _ in range(FAST_POLLS):  # the common case: done within a few polls, no clock reads
             if progress() and self.dead and not cond():
@@ -776,6 +830,8 @@ class Engine:
         else:
             rank = depends(self.dead.keys())
         if rank is not None:
+            if self.explained(rank):
+                return  # the wait's requests failed with the reason: the caller raises it
             cause = self.dead[rank]
             detail = f"{cause.detail}; while waiting for {describe()}"
             if self.ft is not None and self.ft.has_exited(rank):
@@ -783,6 +839,21 @@ class Engine:
                            "ended, so it will send nothing more; this rank waits for a message "
                            "or call it never made)")
             raise PeerFailure(rank, detail) from cause
+
+    def explained(self, rank: int) -> bool:
+        """Whether a record another rank published explains why this rank's wait on ``rank``,
+        which has exited, cannot end: a mismatch it found or a call it left with an error
+        (taken in now, not at the monitor's next tick, so that the error this rank raises names
+        the first failure rather than blaming the exit). Once per exited rank."""
+        if self.ft is None or rank in self._explained:
+            return False
+        self._explained.add(rank)
+        with contextlib.suppress(RingworldError):
+            self.ft.collect_now()
+        if not (self.remote_mismatches or self.remote_left):
+            return False
+        self.check_peers()
+        return True
 
     def depends_on_any_of(self, ranks: Collection[int]) -> Callable[[Collection[int]], int | None]:
         """A ``depends`` function for operations that need every rank in ``ranks``."""

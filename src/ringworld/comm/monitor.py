@@ -25,6 +25,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from ringworld.comm.requests import SEQ_MASK, SIG_SHIFT
 from ringworld.errors import (
     CommError,
     CommRevoked,
@@ -73,6 +74,8 @@ class Monitor:
         self._seen_mismatches = 0
         self._declared: set[int] = set()
         self._history: deque[tuple[float, str]] = deque(maxlen=HISTORY)
+        self._compare_after = self.interval  # seconds of a wait before comparing calls
+        self._collecting = threading.Lock()  # _collect runs on the thread or in collect_now
         self._thread = threading.Thread(target=self._run, name="ringworld-monitor", daemon=True)
         self.error: BaseException | None = None  # why the thread stopped early, if it did
 
@@ -112,6 +115,9 @@ class Monitor:
         names = e.comm_names
         entered = {f"{names.get(ctx, ctx)}": seq for ctx, seq in list(e.entered.items())}
         state: dict[str, Any] = {"t": time.time(), "entered": entered}
+        call = self._call()
+        if call is not None:
+            state["call"] = call
         waiting = e.waiting
         if waiting is not None:
             try:
@@ -125,9 +131,64 @@ class Monitor:
         state["recent"] = list(self._history)
         return state
 
-    def _beat(self, store: Store) -> None:
+    def _call(self) -> list[Any] | None:
+        """This rank's collective call in progress as [context, seq, signature text], or None
+        (none entered, or one whose signature is not known: an unsigned call)."""
+        e = self.engine
+        cur = e.current
+        if cur is None:
+            return None
+        ctx, seq = cur[0], cur[1]
+        describe = e.call_describers.get(ctx)
+        if describe is not None:
+            got = describe()
+            if got is not None and got[0] == seq:
+                return [ctx, seq, got[1]]
+        tag = e.entered_tag.get(ctx)
+        if tag is not None and tag & SEQ_MASK == seq:
+            text = e.signatures.get(tag >> SIG_SHIFT)
+            if text:
+                return [ctx, seq, text]
+        return None
+
+    def _beat(self, store: Store) -> dict[str, Any]:
+        state = self._state()
         store.add(_beat_key(self.rank), 1)
-        store.set(_state_key(self.rank), json.dumps(self._state()).encode())
+        store.set(_state_key(self.rank), json.dumps(state).encode())
+        return state
+
+    def _compare_calls(self, store: Store, state: dict[str, Any]) -> None:
+        """While this rank waits long in a collective, find a member in the same call (same
+        communicator and number) with another signature: the two ranks disagree on which
+        collective they are in, and may both wait for good (a rank on the shared-memory path
+        and one on the message path that only receives, say). Found, it breaks the sequence
+        there on every rank, as a mismatch found by a receive does.
+
+        Checked after ``interval`` of waiting, then after twice as long each time (a member
+        may enter its call later). Cost: one store read per member each time.
+        """
+        e = self.engine
+        mine = state.get("call")
+        waited = time.time() - e.waiting_since
+        if mine is None or "waiting" not in state or waited < self._compare_after:
+            if "waiting" not in state:
+                self._compare_after = self.interval
+            return
+        self._compare_after = min(2 * self._compare_after, 30.0)
+        cur = e.current
+        if cur is None or cur[0] != mine[0]:
+            return
+        ctx, seq, text = mine
+        for member in cur[3]:
+            if member == self.rank or member in e.dead:
+                continue
+            theirs = _get_json(store, _state_key(member), 0.5).get("call")
+            if (isinstance(theirs, list) and len(theirs) == 3 and theirs[0] == ctx
+                    and theirs[1] == seq and theirs[2] != text):
+                other = str(theirs[2])
+                self.publish_mismatch(ctx, seq, text, member, other)
+                e.remote_mismatches.append((ctx, seq, self.rank, text, member, other))
+                return
 
     def _run(self) -> None:
         store = self._store
@@ -145,7 +206,7 @@ class Monitor:
                 if now < next_beat:
                     continue
                 next_beat = now + self.interval
-                self._beat(store)
+                self._compare_calls(store, self._beat(store))
                 for r in watched:
                     if r in self._declared or r in self.engine.dead:
                         continue
@@ -168,9 +229,23 @@ class Monitor:
                   f"{self.liveness:g} s; stopped, hung in native code, or cut off)")
         publish_failure(store, rank, detail, self.rank)
 
+    def collect_now(self) -> None:
+        """Take in what other ranks published (failures, mismatches, calls left) now, on the
+        caller's thread, rather than at the thread's next tick: a rank about to blame a peer
+        that left looks first for the reason it left. Cost: a few store round trips.
+
+        Raises:
+            StoreError: the store is unreachable.
+        """
+        self._collect(self._require_store())
+
     def _collect(self, store: Store) -> None:
         """Hand failures and revocations published by any rank (or the launcher) to the engine.
         """
+        with self._collecting:
+            self._collect_locked(store)
+
+    def _collect_locked(self, store: Store) -> None:
         count = store.add(f"{_PREFIX}dead/count", 0)
         while self._seen_failures < count:
             self._seen_failures += 1

@@ -25,6 +25,8 @@ ANY_TAG = -1
 TAG_UB = 2**31 - 1
 SIG_SHIFT = 32  # collective tags: sequence number | call signature << SIG_SHIFT
 SEQ_MASK = (1 << SIG_SHIFT) - 1
+FLAG_SYNC = 4  # message flag: a synchronous send, acknowledged when a receive matches it
+ACK_CONTEXT = 0x7FFFFFFF  # the acknowledgements' context (tag: context << 32 | tag acknowledged)
 
 
 class Status(NamedTuple):
@@ -90,7 +92,10 @@ class Request(Generic[T]):
             Timeout: not complete within ``timeout`` seconds (default: the job's timeout).
             PeerFailure: a peer it depends on failed.
             TruncationError: (receives) the message was larger than the buffer.
+            ValueError: ``timeout`` is negative or NaN.
         """
+        if timeout is not None:
+            check_timeout(timeout)
         if not self.done:
             self._engine.wait_for(lambda: self.done, timeout, self.describe, self.depends)
         return self._value()
@@ -153,6 +158,38 @@ class SendRequest(Request[None]):
         return self._dest if self._dest in dead else None
 
 
+class SyncSendRequest(SendRequest):
+    """A synchronous send in flight: done once the buffer is free and a receive on the
+    destination has matched the message (the receiver acknowledges the match)."""
+
+    __slots__ = ("acked",)
+
+    def __init__(self, engine: Engine, dest: int, keep: object = None,
+                 context: int = -1) -> None:
+        super().__init__(engine, _UNSENT, dest, keep, context)
+        self.acked = False
+
+    @property
+    def done(self) -> bool:
+        if self.acked:
+            return SendRequest.done.fget(self)  # type: ignore[attr-defined,no-any-return]
+        revoked = self._engine.revoked
+        if revoked and self._context in revoked:
+            self._error = revoked[self._context]
+            return True
+        return False
+
+    def describe(self) -> str:
+        return f"synchronous send to rank {self._dest} (until a receive there matches it)"
+
+
+class _Unsent:
+    done = False
+
+
+_UNSENT: Any = _Unsent()
+
+
 class RecvRequest(Request[T]):
     """A posted receive; matched against arriving messages by (source, tag) within a context."""
 
@@ -179,6 +216,8 @@ class RecvRequest(Request[T]):
         return self._done
 
     def wait(self, timeout: float | None = None) -> T:
+        if timeout is not None:
+            check_timeout(timeout)
         if not self._done:
             self._engine.wait_for(lambda: self._done, timeout, self.describe, self.depends)
         return self._value()
@@ -206,7 +245,11 @@ class RecvRequest(Request[T]):
     def bind(self, inc: Incoming) -> None:
         """Take ``inc`` as this receive's message and start moving its payload."""
         self.matched = True
-        self.incoming_flags = inc.flags
+        flags = inc.flags
+        if flags & FLAG_SYNC:  # the sender waits for this match
+            flags ^= FLAG_SYNC
+            self._engine.acknowledge(inc.source, inc.context, inc.tag)
+        self.incoming_flags = flags
         self.status = _new_status(Status, (self._to_comm(inc.source), inc.tag, inc.nbytes, False))
         dest = self.dest
         if dest is None:
@@ -266,6 +309,20 @@ def _first_dependency(requests: Sequence[Request[Any]], dead: Collection[int]) -
     return None
 
 
+def check_timeout(timeout: float) -> float:
+    """``timeout`` (seconds) if it is one: a number >= 0, ``math.inf`` meaning no limit.
+
+    Raises:
+        TypeError: not a number.
+        ValueError: negative or NaN (a wait with a NaN deadline would never end).
+    """
+    if not isinstance(timeout, int | float) or isinstance(timeout, bool):
+        raise TypeError(f"timeout={timeout!r} must be a number of seconds or None")
+    if not timeout >= 0:  # also NaN
+        raise ValueError(f"timeout={timeout!r} must be >= 0 seconds (inf: no limit) or None")
+    return float(timeout)
+
+
 def wait_all(requests: Sequence[Request[Any]], timeout: float | None = None) -> list[Any]:
     """Wait for every request; return their results in order.
 
@@ -273,6 +330,8 @@ def wait_all(requests: Sequence[Request[Any]], timeout: float | None = None) -> 
         Timeout: some request is not complete within ``timeout`` seconds.
         The first error of a failed request, after all have completed.
     """
+    if timeout is not None:
+        check_timeout(timeout)
     if not requests:
         return []
     engine = requests[0]._engine

@@ -14,8 +14,9 @@ requests and the predefined datatypes (with the ``MAXLOC``/``MINLOC`` pair types
 * Errors of the native layer propagate as themselves (``ringworld.errors.TruncationError``,
   ``Timeout``, ``PeerFailure``, ``ValueError`` for a bad rank or tag, ...); ``MPI.Exception`` is
   raised only for MPI-level misuse such as using a freed communicator.
-* Synchronous, buffered and ready sends (``Ssend``, ``Bsend``, ``Rsend``, ``ssend``, ...) are
-  standard-mode sends; ``Attach_buffer`` only keeps the buffer for ``Detach_buffer``.
+* Synchronous sends (``Ssend``, ``Issend``, ``ssend``, ...) complete once the matching receive
+  has started; buffered and ready sends (``Bsend``, ``Rsend``, ...) are standard-mode sends, and
+  ``Attach_buffer`` only keeps the buffer for ``Detach_buffer``.
 * Persistent point-to-point requests (``Send_init``, ``Recv_init``, ``Prequest.Start``) and
   ``Sendrecv_replace``/``Isendrecv`` exist; ``Info`` hints and error handlers are accepted and
   recorded (errors always raise). ``Init_thread`` provides ``THREAD_MULTIPLE``.

@@ -4,10 +4,9 @@ The native communicator is looked up on every call (``ringworld.world()``), so `
 starts the runtime only when first used and follows the world of a forked rank. Native errors
 (``ringworld.errors`` types, ``ValueError``, ``TypeError``) propagate unchanged.
 
-Ringworld has no synchronous send mode: ``Ssend``/``ssend``/``Issend``/``issend`` are the
-standard-mode sends, so they may complete before the matching receive has started. Programs that
-are correct under MPI only see fewer deadlocks; one that uses a synchronous send to learn that the
-receiver has reached its receive must exchange a reply message instead.
+Synchronous sends (``Ssend``/``ssend``/``Issend``/``issend``/``Ssend_init``) complete only once
+the matching receive has started (the receiver acknowledges the match), as MPI's synchronous mode
+requires; buffered and ready sends are standard-mode sends.
 """
 
 from __future__ import annotations
@@ -353,7 +352,11 @@ class Comm(Collectives):
         if dest != PROC_NULL:
             self._native.send_obj(obj, dest, tag)
 
-    ssend = send
+    def ssend(self, obj: Any, dest: int, tag: int = 0) -> None:
+        """Send a picklable object in synchronous mode: returns once the receive matched it."""
+        if dest != PROC_NULL:
+            self._native.ssend_obj(obj, dest, tag)
+
     bsend = send
 
     def isend(self, obj: Any, dest: int, tag: int = 0) -> Request:
@@ -362,7 +365,12 @@ class Comm(Collectives):
             return Request._completed(EMPTY_DONE)
         return Request._wrap(self._native.isend_obj(obj, dest, tag), _Kind.SEND)
 
-    issend = isend
+    def issend(self, obj: Any, dest: int, tag: int = 0) -> Request:
+        """Start a synchronous send of a picklable object: done once the receive matched it."""
+        if dest == PROC_NULL:
+            return Request._completed(EMPTY_DONE)
+        return Request._wrap(self._native.issend_obj(obj, dest, tag), _Kind.SEND)
+
     ibsend = isend
 
     def recv(
@@ -454,7 +462,14 @@ class Comm(Collectives):
         if dest != PROC_NULL:
             self._native.send(message.view, dest, tag)
 
-    Ssend = Send
+    def Ssend(self, buf: Any, dest: int, tag: int = 0) -> None:
+        """Send a buffer spec in synchronous mode: returns once the receive matched it."""
+        if dest == PROC_NULL and buf is None:
+            return
+        message = send_message(buf, "Ssend(buf)")
+        if dest != PROC_NULL:
+            self._native.ssend(message.view, dest, tag)
+
     Bsend = Send  # every send is buffered at the receiver: no attached buffer needed
     Rsend = Send
 
@@ -467,7 +482,15 @@ class Comm(Collectives):
             return Request._completed(EMPTY_DONE)
         return Request._wrap(self._native.isend(message.view, dest, tag), _Kind.SEND)
 
-    Issend = Isend
+    def Issend(self, buf: Any, dest: int, tag: int = 0) -> Request:
+        """Start a synchronous send of a buffer spec: done once the receive matched it."""
+        if dest == PROC_NULL and buf is None:
+            return Request._completed(EMPTY_DONE)
+        message = send_message(buf, "Issend(buf)")
+        if dest == PROC_NULL:
+            return Request._completed(EMPTY_DONE)
+        return Request._wrap(self._native.issend(message.view, dest, tag), _Kind.SEND)
+
     Ibsend = Isend
     Irsend = Isend
 
@@ -597,8 +620,13 @@ class Comm(Collectives):
             send_message(buf, "Send_init(buf)")
         return Prequest._persistent(lambda: self.Isend(buf, dest, tag))
 
+    def Ssend_init(self, buf: Any, dest: int, tag: int = 0) -> Prequest:
+        """A persistent synchronous send (see :meth:`Send_init` and :meth:`Issend`)."""
+        if not (dest == PROC_NULL and buf is None):
+            send_message(buf, "Ssend_init(buf)")
+        return Prequest._persistent(lambda: self.Issend(buf, dest, tag))
+
     Bsend_init = Send_init
-    Ssend_init = Send_init
     Rsend_init = Send_init
 
     def Recv_init(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Prequest:
