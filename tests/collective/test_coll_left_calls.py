@@ -307,3 +307,67 @@ def test_the_nonblocking_consensus_exchange_loses_no_message(transport: str) -> 
     for r, got in enumerate(out):
         senders = [(r - d) % p for d in (1, 2)]
         assert got == sorted(s * 1000 + k for s in senders for k in range(rounds)), (r, got)
+
+
+# ------------------------------------------------------------- 8: arguments only the root checks
+def _root_refuses(comm: Communicator, kind: str) -> list[str]:
+    """The root's arguments are wrong in a way only it can see; then the communicator must
+    work on every rank."""
+    r, p = comm.rank, comm.size
+    root = p - 1
+    x = np.arange(9.0) + r
+    big = np.zeros(9 * p)
+
+    def call() -> None:
+        if kind == "gatherv":
+            comm.gatherv(x, big if r == root else None, [-1] + [9] * (p - 1), root=root)
+        elif kind == "scatterv":
+            comm.scatterv(big if r == root else None, np.empty(9), [9] * (p - 1) + [10 ** 6],
+                          root=root)
+        elif kind == "scatter":
+            comm.scatter(np.zeros(9 * p + 1) if r == root else None, np.empty(9), root=root)
+        elif kind == "gather":
+            comm.gather(x, np.zeros(9 * p - 1) if r == root else None, root=root)
+        elif kind == "reduce":
+            comm.reduce(x, np.zeros(8) if r == root else None, root=root)
+        else:
+            raise AssertionError(kind)
+
+    out = [_outcome(call)]
+    # the communicator still works, on every path
+    got = np.empty(9)
+    comm.allreduce(x, got)
+    ok = np.array_equal(got, np.arange(9.0) * p + p * (p - 1) / 2)
+    g = np.zeros(9 * p)
+    comm.gatherv(x, g if r == root else None, [9] * p, root=root)
+    ok = ok and (r != root or np.array_equal(g, np.concatenate([np.arange(9.0) + i
+                                                                  for i in range(p)])))
+    s = np.empty(9)
+    comm.scatter(np.arange(9.0 * p) if r == root else None, s, root=root)
+    ok = ok and np.array_equal(s, np.arange(9.0) + 9 * r)
+    red = np.zeros(9)
+    comm.reduce(x, red if r == root else None, root=root)
+    ok = ok and (r != root or np.array_equal(red, got))
+    out.append(f"usable: {ok}")
+    _stay(comm)
+    return out
+
+
+@pytest.mark.parametrize("kind", ["gatherv", "scatterv", "scatter", "gather", "reduce"])
+@pytest.mark.parametrize("size", [2, 3])
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_an_argument_only_the_root_checks_fails_every_waiting_rank(transport: str, size: int,
+                                                                   kind: str) -> None:
+    out = run_processes(size, _root_refuses, kind, transport=transport, timeout=JOB)
+    root = size - 1
+    assert out[root][0].startswith("ValueError: "), out
+    for rank, (first, after) in enumerate(out):
+        assert after == "usable: True", (rank, out)
+        if rank == root:
+            continue
+        receives = kind.startswith("scatter") or (kind == "reduce" and transport == "shm")
+        if receives:  # it waits for the root: it gets the root's error, naming it
+            assert first.startswith("ValueError: ") and f"world rank {root}" in first, out
+            assert "refused its arguments" in first, out
+        else:  # its part was to send: done, with no result to be wrong
+            assert first == "ok None" or first.startswith("ValueError: "), out

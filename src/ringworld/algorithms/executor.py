@@ -222,7 +222,8 @@ class CollectiveRequest(Request[T]):
             # the rank left without doing its part: every member must learn it, also those
             # waiting on other ranks (a rank leaving with status 0 is no failure to the launcher)
             self._engine.report_failure(exc)
-        elif not isinstance(exc, MismatchError | CommRevoked | CommBroken):
+        elif not (isinstance(exc, MismatchError | CommRevoked | CommBroken)
+                  or getattr(exc, "from_left", False)):
             # members waiting for this rank's part would wait for good (or for their timeout):
             # they fail with this error instead (a mismatch, a revocation or a failed peer
             # reaches them anyway)

@@ -147,6 +147,8 @@ SEQ_WORD = 2  # header words 2, 3: by sync parity, the number of the call that m
 FAILED = 4  # header word: 1 + the number of the call it left (0: none)
 FAILED_FROM = 5  # header word: how (1: a mismatch, 2: another error) | (1 + first rank) << 8
 FAILED_TEXT = 40  # header words 40 ..: the first failure's text (utf-8, FAILED_TEXT_BYTES)
+REFUSED = 6  # header word: 1 + the number of the call this rank, its root, refused (see refuse)
+REFUSED_KIND = 7  # header word: 1 ValueError, 2 TypeError (the refusal's text at FAILED_TEXT)
 FAILED_TEXT_BYTES = 192
 SEQ_MASK = 0x7FFFFFFF
 CHUNK = 2 << 20
@@ -186,7 +188,8 @@ class Arena:
         self._bseq = 0  # eager broadcasts so far (the same on every rank)
         self._bhash = 0  # a hash of their roots and signatures, checked at every sync
         self._epoch = 0
-        self._seq = 0  # the number of the call in progress (as the communicator counts calls)
+        self._seq = -1  # the number of the call in progress (as the communicator counts
+        # calls); -1 while the windows are set up
         # why this rank's windows cannot be used any more (see abandon): (how, first rank, text)
         self.broken: tuple[int, int, str] | None = None
         self._what = ("", "", 0)
@@ -424,9 +427,14 @@ class Arena:
         # that left an earlier call with an error reaches the same sync count in a later one
         seq = self._seq
         sq = SEQ_WORD + (e & 1)
-        for c in self._ctr:
+        for i, c in enumerate(self._ctr):
             if c[FAILED]:
                 self._check_failed()
+            if c[REFUSED] == seq + 1 > 0 and i != self.comm.rank and c[sq] == seq:
+                refused = TypeError if c[REFUSED_KIND] == 2 else ValueError
+                bad = refused(self._read_text(i))
+                setattr(bad, "in_step", True)  # noqa: B010 (see abandon)
+                raise bad
         sig = self._sig
         if sig is not None:
             at = 8 + 2 * (e & 1)
@@ -588,12 +596,8 @@ class Arena:
             how = 1 if isinstance(exc, MismatchError) else 2
             first, text = me, f"{type(exc).__name__}: {exc}"
         self.broken = (how, first, text)
-        raw = text.encode("utf-8", "replace")[:FAILED_TEXT_BYTES]
-        words = np.zeros(FAILED_TEXT_BYTES // 8, dtype="<i8")
-        words.view(np.uint8)[: len(raw)] = np.frombuffer(raw, dtype=np.uint8)
+        self._write_text(text)
         mine = self._mine
-        for i, w in enumerate(words.tolist()):
-            mine[FAILED_TEXT + i] = w
         mine[FAILED_FROM] = how | (first + 1) << 8
         mine[FAILED] = self._seq + 1  # last: a peer that sees it sees the rest
         if how == 1:
@@ -605,7 +609,8 @@ class Arena:
         collective sequence broke elsewhere (a rank on the message path found a mismatch)."""
         failed = [i for i, c in enumerate(self._ctr) if c[FAILED] and i != self.comm.rank]
         if not failed:
-            self.comm.check_sequence(self._seq, self._sig)
+            if self._seq >= 0:
+                self.comm.check_sequence(self._seq, self._sig)
             return
         # the rank whose own failure it was, if one says so; else the first to tell
         ranks = self.comm.world_ranks
@@ -616,10 +621,35 @@ class Arena:
                 break
         c = self._ctr[pick]
         how, first = c[FAILED_FROM] & 0xFF, (c[FAILED_FROM] >> 8) - 1
+        raise _peer_left(how, first, self._read_text(pick), self.what, c[FAILED] - 1)
+
+    def _write_text(self, text: str) -> None:
+        raw = text.encode("utf-8", "replace")[:FAILED_TEXT_BYTES]
+        words = np.zeros(FAILED_TEXT_BYTES // 8, dtype="<i8")
+        words.view(np.uint8)[: len(raw)] = np.frombuffer(raw, dtype=np.uint8)
+        mine = self._mine
+        for i, w in enumerate(words.tolist()):
+            mine[FAILED_TEXT + i] = w
+
+    def _read_text(self, rank: int) -> str:
+        c = self._ctr[rank]
         words = np.array([c[FAILED_TEXT + i] for i in range(FAILED_TEXT_BYTES // 8)],
                          dtype="<i8")
-        text = words.tobytes().rstrip(b"\0").decode("utf-8", "replace")
-        raise _peer_left(how, first, text, self.what, c[FAILED] - 1)
+        return words.tobytes().rstrip(b"\0").decode("utf-8", "replace")
+
+    def refuse(self, text: str, kind: type[Exception] = ValueError) -> None:
+        """This rank, the root of the call begun, refuses it: its arguments are wrong in a way
+        only it can see (``text`` says how). It takes part in the call's first sync, where
+        every other rank raises ``kind`` with ``text`` (all at the same sync, so the windows
+        stay in step and usable); the caller then raises its own error.
+
+        Raises:
+            Timeout, PeerFailure: as :meth:`sync`.
+        """
+        self._write_text(text)
+        self._mine[REFUSED_KIND] = 2 if kind is TypeError else 1
+        self._mine[REFUSED] = self._seq + 1
+        self.sync()
 
     def _describe(self) -> tuple[int, str] | None:
         """The call in progress, for the monitor: (its number, its signature text)."""

@@ -18,7 +18,7 @@ import time
 import weakref
 import zlib
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, NoReturn, Self
 
 from ringworld._lazy import LazyModule
 from ringworld.algorithms import registry
@@ -353,10 +353,13 @@ class Communicator(ObjectCollectives):
                 blocking: bool, timeout: float | None) -> Request[None]:
         root = self._root(root)
         if self.rank == root:
-            rb = bufs.as_array(recvbuf, "recvbuf", writable=True)
-            sb = rb if sendbuf is IN_PLACE else bufs.as_array(sendbuf, "sendbuf")
-            bufs.same_dtype(sb, rb, "sendbuf", "recvbuf")
-            bufs.check_len(rb, sb.size, "recvbuf", "the size of sendbuf")
+            try:
+                rb = bufs.as_array(recvbuf, "recvbuf", writable=True)
+                sb = rb if sendbuf is IN_PLACE else bufs.as_array(sendbuf, "sendbuf")
+                bufs.same_dtype(sb, rb, "sendbuf", "recvbuf")
+                bufs.check_len(rb, sb.size, "recvbuf", "the size of sendbuf")
+            except (TypeError, ValueError) as exc:
+                self._refuse_reduce(exc, sendbuf, op, algorithm, blocking)
         else:
             sb = bufs.as_array(sendbuf, "sendbuf")
             rb = bufs.EMPTY_U8.view(sb.dtype)
@@ -371,6 +374,42 @@ class Communicator(ObjectCollectives):
         return self._go("reduce", algo, Spec(self.size, self.rank, sb.size, root,
                                              commutative=o.commutative),
                         [sb, rb], o, blocking, timeout)
+
+    def _refuse_reduce(self, exc: TypeError | ValueError, sendbuf: Any, op: OpLike,
+                       algorithm: str | None, blocking: bool) -> NoReturn:
+        """The root's buffers are wrong: refuse the call on every rank (see :meth:`_refuse`),
+        in the shared windows if that is where the others are (the root's own sendbuf tells
+        which path they took)."""
+        try:
+            sb = bufs.as_array(sendbuf, "sendbuf")
+            o = self._op(op, sb)
+            algo = self._choose("reduce", sb.nbytes, algorithm, commutative=o.commutative,
+                                blocking=blocking)
+        except (TypeError, ValueError):
+            algo = ""
+        if algo == "shm":
+            root = self.rank
+            a = self._shm("reduce", None, sb.nbytes, (sb.dtype, o.name, root))
+            a.refuse(self._refusal("reduce", a.what, exc), type(exc))
+            raise exc
+        self._refuse("reduce", exc)
+
+    def _refusal(self, collective: str, what: str, exc: BaseException) -> str:
+        return (f"{what}: the root (world rank {self._ranks[self.rank]}) refused its "
+                f"arguments: {type(exc).__name__}: {exc}")
+
+    def _refuse(self, collective: str, exc: TypeError | ValueError) -> NoReturn:
+        """Raise ``exc``, an error in arguments that only this rank, the root, checks; the
+        other ranks, which cannot see it, are in the call. The root takes the call's number
+        as they do and tells them (those waiting for the root raise the same error type,
+        naming it), and drops the messages they send it in that call: the communicator stays
+        usable on every rank. Cost: two store round trips, on this error path only."""
+        seq = self.next_seq()
+        e = self._engine
+        e.refuse_call(self.coll_context, seq,
+                      self._refusal(collective, f"{collective} #{seq} on {self.name}", exc),
+                      type(exc).__name__)
+        raise exc
 
     def allreduce(self, sendbuf: Any, recvbuf: Any, op: OpLike = ops.SUM, *,
                   algorithm: str | None = None, timeout: float | None = None) -> None:
@@ -706,12 +745,15 @@ class Communicator(ObjectCollectives):
         p, r = self.size, self.rank
         root = self._root(root)
         if r == root:
-            rb = bufs.as_array(recvbuf, "recvbuf", writable=True)
-            n = bufs.blocks_of(rb, p, "recvbuf")
-            sb = rb[r * n : (r + 1) * n] if sendbuf is IN_PLACE else bufs.as_array(sendbuf,
-                                                                               "sendbuf")
-            bufs.same_dtype(sb, rb, "sendbuf", "recvbuf")
-            bufs.check_len(sb, n, "sendbuf", "recvbuf holds size blocks of this length")
+            try:
+                rb = bufs.as_array(recvbuf, "recvbuf", writable=True)
+                n = bufs.blocks_of(rb, p, "recvbuf")
+                sb = (rb[r * n : (r + 1) * n] if sendbuf is IN_PLACE
+                      else bufs.as_array(sendbuf, "sendbuf"))
+                bufs.same_dtype(sb, rb, "sendbuf", "recvbuf")
+                bufs.check_len(sb, n, "sendbuf", "recvbuf holds size blocks of this length")
+            except (TypeError, ValueError) as exc:
+                self._refuse("gather", exc)
         else:
             sb = bufs.as_array(sendbuf, "sendbuf")
             rb = bufs.EMPTY_U8.view(sb.dtype)
@@ -743,14 +785,17 @@ class Communicator(ObjectCollectives):
         p, r = self.size, self.rank
         root = self._root(root)
         if r == root:
-            rb = bufs.as_array(recvbuf, "recvbuf", writable=True)
-            if counts is None:
-                raise TypeError("counts is required at the root")
-            c, d = bufs.layout(counts, displs, p, rb, "counts", "displs", "recvbuf")
-            sb = (rb[d[r] : d[r] + c[r]] if sendbuf is IN_PLACE
-                  else bufs.as_array(sendbuf, "sendbuf"))
-            bufs.same_dtype(sb, rb, "sendbuf", "recvbuf")
-            bufs.check_len(sb, c[r], "sendbuf", "counts[root]")
+            try:
+                rb = bufs.as_array(recvbuf, "recvbuf", writable=True)
+                if counts is None:
+                    raise TypeError("counts is required at the root")
+                c, d = bufs.layout(counts, displs, p, rb, "counts", "displs", "recvbuf")
+                sb = (rb[d[r] : d[r] + c[r]] if sendbuf is IN_PLACE
+                      else bufs.as_array(sendbuf, "sendbuf"))
+                bufs.same_dtype(sb, rb, "sendbuf", "recvbuf")
+                bufs.check_len(sb, c[r], "sendbuf", "counts[root]")
+            except (TypeError, ValueError) as exc:
+                self._refuse("gatherv", exc)
             spec = Spec(p, r, c[r], root, counts=c, displs=d)
         else:
             sb = bufs.as_array(sendbuf, "sendbuf")
@@ -781,12 +826,15 @@ class Communicator(ObjectCollectives):
         p, r = self.size, self.rank
         root = self._root(root)
         if r == root:
-            sb = bufs.as_array(sendbuf, "sendbuf")
-            n = bufs.blocks_of(sb, p, "sendbuf")
-            rb = (sb[r * n : (r + 1) * n] if recvbuf is IN_PLACE
-                  else bufs.as_array(recvbuf, "recvbuf", writable=True))
-            bufs.same_dtype(sb, rb, "sendbuf", "recvbuf")
-            bufs.check_len(rb, n, "recvbuf", "sendbuf holds size blocks of this length")
+            try:
+                sb = bufs.as_array(sendbuf, "sendbuf")
+                n = bufs.blocks_of(sb, p, "sendbuf")
+                rb = (sb[r * n : (r + 1) * n] if recvbuf is IN_PLACE
+                      else bufs.as_array(recvbuf, "recvbuf", writable=True))
+                bufs.same_dtype(sb, rb, "sendbuf", "recvbuf")
+                bufs.check_len(rb, n, "recvbuf", "sendbuf holds size blocks of this length")
+            except (TypeError, ValueError) as exc:
+                self._refuse("scatter", exc)
         else:
             rb = bufs.as_array(recvbuf, "recvbuf", writable=True)
             sb = bufs.EMPTY_U8.view(rb.dtype)
@@ -816,14 +864,17 @@ class Communicator(ObjectCollectives):
         p, r = self.size, self.rank
         root = self._root(root)
         if r == root:
-            sb = bufs.as_array(sendbuf, "sendbuf")
-            if counts is None:
-                raise TypeError("counts is required at the root")
-            c, d = bufs.layout(counts, displs, p, sb, "counts", "displs", "sendbuf")
-            rb = (sb[d[r] : d[r] + c[r]] if recvbuf is IN_PLACE
-                  else bufs.as_array(recvbuf, "recvbuf", writable=True))
-            bufs.same_dtype(sb, rb, "sendbuf", "recvbuf")
-            bufs.check_len(rb, c[r], "recvbuf", "counts[root]")
+            try:
+                sb = bufs.as_array(sendbuf, "sendbuf")
+                if counts is None:
+                    raise TypeError("counts is required at the root")
+                c, d = bufs.layout(counts, displs, p, sb, "counts", "displs", "sendbuf")
+                rb = (sb[d[r] : d[r] + c[r]] if recvbuf is IN_PLACE
+                      else bufs.as_array(recvbuf, "recvbuf", writable=True))
+                bufs.same_dtype(sb, rb, "sendbuf", "recvbuf")
+                bufs.check_len(rb, c[r], "recvbuf", "counts[root]")
+            except (TypeError, ValueError) as exc:
+                self._refuse("scatterv", exc)
             spec = Spec(p, r, c[r], root, counts=c, displs=d)
         else:
             rb = bufs.as_array(recvbuf, "recvbuf", writable=True)

@@ -437,6 +437,8 @@ class Communicator:
             e.note_call(ctx, seq | e.sign(f"{sig[2]} (shm, {sig[0]} bytes)") << SIG_SHIFT)
         if e.mismatched or e.remote_mismatches or e.strays:
             e.check_mismatched(ctx, seq)
+        if e.left_calls or e.remote_left:  # a rank (a root refusing its arguments) left it
+            e.check_left(ctx, seq)
 
     # ------------------------------------------------------------------ buffers
     def isend(self, buf: Any, dest: int, tag: int = 0) -> Request[None]:

@@ -77,6 +77,21 @@ def _nothing() -> None:
     pass
 
 
+def _left_error(why: str, kind: str) -> Exception:
+    """The error of a call another rank left (see Engine.fail_left): a refusal of the root's
+    arguments is raised as the root raised it (ValueError, TypeError), anything else as
+    CommBroken."""
+    exc: Exception
+    if kind == "ValueError":
+        exc = ValueError(why)
+    elif kind == "TypeError":
+        exc = TypeError(why)
+    else:
+        exc = CommBroken(why)
+    setattr(exc, "from_left", True)  # noqa: B010 (not passed on again: see report_left)
+    return exc
+
+
 class Engine:
     """Matching and progress for one rank over its transports."""
 
@@ -125,8 +140,9 @@ class Engine:
         self.mismatched: dict[int, tuple[int, str]] = {}  # context -> (broken call, why)
         # collective calls another rank left with an error: (context, seq, by, why) found by
         # the monitor, and (context, seq) -> the error once taken in (see fail_left)
-        self.remote_left: list[tuple[int, int, int, str]] = []
-        self.left_calls: dict[tuple[int, int], str] = {}
+        self.remote_left: list[tuple[int, int, int, str, str]] = []
+        self.left_calls: dict[tuple[int, int], tuple[str, str]] = {}  # ... -> (why, kind)
+        self.refused: dict[int, set[int]] = {}  # context -> calls this rank refused as root
         self._explained: set[int] = set()  # exited ranks whose reasons were looked up
         # synchronous sends waiting for their match, by (dest, context, tag), in send order
         self.sync_waiting: dict[tuple[int, int, int], deque[SyncSendRequest]] = {}
@@ -223,6 +239,9 @@ class Engine:
             self._take_ack(inc)
             return
         if inc.tag > SEQ_MASK:
+            if self.refused and inc.tag & SEQ_MASK in self.refused.get(inc.context, ()):
+                self._drop(inc)  # of a call this rank refused as its root
+                return
             if self.entered_tag:
                 self._check_unexpected(inc.context, inc.tag, inc.source)
             tags = self._signed[inc.context].setdefault(inc.tag & SEQ_MASK, {})
@@ -691,21 +710,46 @@ class Engine:
                 self.ft.publish_failure(exc.rank, f"{exc.detail.split(';')[0]}, during a "
                                                   "collective")
 
-    def report_left(self, context: int, seq: int, text: str) -> None:
+    def refuse_call(self, context: int, seq: int, why: str, kind: str) -> None:
+        """This rank, a root, refuses collective call ``seq`` on ``context`` for an argument
+        error only it can see (``why``; ``kind``: its exception's type name). The members
+        waiting for it fail with the same type (through the job store), and the messages they
+        send it in that call are dropped here (queued ones now, late ones on arrival), so the
+        communicator's later calls line up on every rank."""
+        self.refused.setdefault(context, set()).add(seq)
+        self.open_calls[context].add(seq)
+        queue = self.unexpected.get(context)
+        if queue:
+            for m in [m for m in queue if m.tag > SEQ_MASK and m.tag & SEQ_MASK == seq]:
+                queue.remove(m)
+                self._unindex(context, m.tag)
+                self._drop(m)
+        self.report_left(context, seq, why, kind)
+
+    def _drop(self, inc: Incoming) -> None:
+        """Take a message nobody will receive, so that its sender completes."""
+        inc.read_into(memoryview(bytearray(inc.nbytes)), _nothing)
+
+    def report_left(self, context: int, seq: int, text: str, kind: str = "") -> None:
         """Tell every rank (through the job store) that this rank left its collective call
         ``seq`` on ``context`` with an error (``text``: "the call with the error"): members
         waiting in it for this rank's part fail instead of waiting (see :meth:`fail_left`).
-        Best effort (no monitor, no store: they wait for their timeout or this rank's exit)."""
+        ``kind`` "ValueError" or "TypeError": the text is a refusal (see :meth:`refuse_call`),
+        which they raise as that type. Best effort (no monitor, no store: they wait for their
+        timeout or this rank's exit)."""
         if self.ft is not None:
             with contextlib.suppress(RingworldError):
-                self.ft.publish_left(context, seq, text)
+                self.ft.publish_left(context, seq, text, kind)
 
-    def fail_left(self, context: int, seq: int, by: int, text: str) -> None:
+    def fail_left(self, context: int, seq: int, by: int, text: str, kind: str = "") -> None:
         """Fail this rank's receives of collective call ``seq`` on ``context``, now and later
         (:meth:`check_left`), as world rank ``by`` left that call with an error (``text``)."""
-        name = self.comm_names.get(context, f"context {context}")
-        why = f"{name}, call #{seq}: world rank {by} left {text}"
-        self.left_calls.setdefault((context, seq), why)
+        if kind:
+            why = text
+        else:
+            name = self.comm_names.get(context, f"context {context}")
+            why = f"{name}, call #{seq}: world rank {by} left {text}"
+        self.left_calls.setdefault((context, seq), (why, kind))
         self.calm = False
         posted = self.posted.get(context)
         if not posted:
@@ -714,7 +758,7 @@ class Engine:
         if failed:
             posted[:] = [r for r in posted if r not in failed]
         for r in failed:
-            r._error = CommBroken(why)
+            r._error = _left_error(why, kind)
             r._done = True
 
     def check_left(self, context: int, seq: int) -> None:
@@ -722,12 +766,13 @@ class Engine:
 
         Raises:
             CommBroken: naming that rank and its error.
+            ValueError / TypeError: the root refused the call's arguments.
         """
         while self.remote_left:
             self.fail_left(*self.remote_left.pop())
-        why = self.left_calls.get((context, seq))
-        if why is not None:
-            raise CommBroken(why)
+        found = self.left_calls.get((context, seq))
+        if found is not None:
+            raise _left_error(*found)
 
     def _peer_failed(self, exc: PeerFailure) -> None:
         if exc.rank not in self.dead:

@@ -312,7 +312,7 @@ class Monitor:
             {"context": context, "seq": seq, "by": self.rank, "by_call": mine,
              "sender": sender, "sender_call": sender_call}).encode())
 
-    def publish_left(self, context: int, seq: int, text: str) -> None:
+    def publish_left(self, context: int, seq: int, text: str, kind: str = "") -> None:
         """Tell the other ranks that this rank left its call ``seq`` on ``context`` with an
         error (``text``): those waiting in that call, or entering it later, fail with it. Two
         round trips.
@@ -323,7 +323,8 @@ class Monitor:
         store = self._require_store()
         i = store.add(f"{_PREFIX}mismatch/count", 1)
         store.set(f"{_PREFIX}mismatch/{i}", json.dumps(
-            {"context": context, "seq": seq, "by": self.rank, "left": text}).encode())
+            {"context": context, "seq": seq, "by": self.rank, "left": text,
+             "kind": kind}).encode())
 
     def has_exited(self, rank: int) -> bool:
         """Whether ``rank`` told the job it left (finalize, also run at exit). False when
@@ -507,13 +508,14 @@ def _mismatch_record(store: Store, i: int) -> MismatchRecord | None:
     return _parse_mismatch(_get_json(store, f"{_PREFIX}mismatch/{i}"))
 
 
-def _left_record(info: dict[str, Any]) -> tuple[int, int, int, str] | None:
+def _left_record(info: dict[str, Any]) -> tuple[int, int, int, str, str] | None:
     """A published call left with an error (see Monitor.publish_left) as (context, seq, by,
-    text), or None if ``info`` is not one."""
+    text, kind), or None if ``info`` is not one."""
     if "left" not in info:
         return None
     try:
-        return int(info["context"]), int(info["seq"]), int(info["by"]), str(info["left"])
+        return (int(info["context"]), int(info["seq"]), int(info["by"]), str(info["left"]),
+                str(info.get("kind", "")))
     except (KeyError, TypeError, ValueError):
         return None
 
