@@ -85,6 +85,39 @@ def test_a_rank_computing_for_long_is_not_a_failure(tmp_path: Path) -> None:
     assert sorted(r.stdout.split("\n")[:2]) == ["ok 0", "ok 1"]
 
 
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_a_rank_inside_one_long_call_holding_the_interpreter_is_not_a_failure(
+        tmp_path: Path, transport: str) -> None:
+    """One C call that never lets the monitor thread run (sum over a range holds the GIL
+    throughout) for 3x the liveness timeout: its heartbeats stop, but its process runs, and
+    the ranks on its host vouch for it; a stopped one they do not (the test above)."""
+    body = """
+    import time
+    import numpy as np
+    import ringworld
+
+    comm = ringworld.init()
+    comm.barrier()
+    if comm.rank == 1:
+        t = time.perf_counter()
+        sum(range(10 ** 7))
+        rate = 10 ** 7 / (time.perf_counter() - t)
+        t = time.perf_counter()
+        sum(range(int(rate * 6.0)))  # one call, about 6 s
+        print(f"held {time.perf_counter() - t:.1f} s", flush=True)
+    out = np.empty(4)
+    comm.allreduce(np.full(4, comm.rank + 1.0), out)  # rank 0 waits here, with no timeout
+    assert (out == 3.0).all()
+    print("ok", comm.rank, flush=True)
+    """
+    r = _run(tmp_path, body, 2, transport)
+    assert r.returncode == 0, r.stdout + r.stderr
+    held = re.search(r"held ([\d.]+) s", r.stdout)
+    assert held and float(held.group(1)) > 2 * LIVENESS, r.stdout  # it did starve the monitor
+    assert sorted(line for line in r.stdout.split("\n") if line.startswith("ok")) == [
+        "ok 0", "ok 1"], r.stdout
+
+
 def test_a_rank_that_finished_is_not_a_failure(tmp_path: Path) -> None:
     body = """
     import time

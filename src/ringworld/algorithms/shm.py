@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import math
 import os
+import weakref
 import zlib
 from collections.abc import Callable, Collection, Sequence
 from functools import partial
@@ -63,7 +64,7 @@ import numpy as np
 
 from ringworld.algorithms.schedule import blocks
 from ringworld.comm.ops import Op
-from ringworld.errors import CommBroken, CommError, MismatchError, TransportError
+from ringworld.errors import CommBroken, CommError, MismatchError, PeerFailure, TransportError
 
 if TYPE_CHECKING:
     from ringworld.comm.communicator import Communicator
@@ -145,7 +146,8 @@ EAGER_STAMP = 32  # header words 32 ..: per ring entry, (broadcast number << 32)
 SEQ_WORD = 2  # header words 2, 3: by sync parity, the number of the call that made the sync
 # A rank that leaves a call with an error says so in its header, for good (see Arena.abandon):
 FAILED = 4  # header word: 1 + the number of the call it left (0: none)
-FAILED_FROM = 5  # header word: how (1: a mismatch, 2: another error) | (1 + first rank) << 8
+# header word: how (1: a mismatch, 2: another error, 3: a peer failed) | (1 + first rank) << 8
+FAILED_FROM = 5
 FAILED_TEXT = 40  # header words 40 ..: the first failure's text (utf-8, FAILED_TEXT_BYTES)
 REFUSED = 6  # header word: 1 + the number of the call this rank, its root, refused (see refuse)
 REFUSED_KIND = 7  # header word: 1 ValueError, 2 TypeError (the refusal's text at FAILED_TEXT)
@@ -206,7 +208,7 @@ class Arena:
         # rank must take alike
         self.crowded = comm.oversubscribed
         self.direct = self._probe_direct()
-        comm.describe_calls(self._describe)
+        comm.describe_calls(weakref.WeakMethod(self._describe))
         self._races = [0, 0, 0]  # raced calls so far, by collective (the same on every rank)
         self._race_log: dict[int, _Race] = {}  # rank 0's times, by kind << 8 | size class
         self._race_mask = [0, 0, 0]  # rank 0: the size classes whose next call leaves the default
@@ -592,6 +594,8 @@ class Arena:
         found: tuple[int, int, str] | None = getattr(exc, "first_failure", None)
         if found is not None:
             how, first, text = found
+        elif isinstance(exc, PeerFailure):  # the failed rank is the first failure
+            how, first, text = 3, exc.rank, exc.detail.split("; while waiting")[0]
         else:
             how = 1 if isinstance(exc, MismatchError) else 2
             first, text = me, f"{type(exc).__name__}: {exc}"
@@ -619,6 +623,8 @@ class Arena:
             if self._ctr[i][FAILED_FROM] >> 8 == ranks[i] + 1:
                 pick = i
                 break
+            if self._ctr[i][FAILED_FROM] & 0xFF == 3:  # a failed peer: name it
+                pick = i
         c = self._ctr[pick]
         how, first = c[FAILED_FROM] & 0xFF, (c[FAILED_FROM] >> 8) - 1
         raise _peer_left(how, first, self._read_text(pick), self.what, c[FAILED] - 1)
@@ -705,10 +711,16 @@ class Arena:
 
 def _peer_left(how: int, first: int, text: str, what: str, seq: int) -> CommError:
     """The error of a rank that finds that world rank ``first`` left call ``seq`` with
-    ``text``: a MismatchError where that was one (``how`` 1), else CommBroken. It carries
+    ``text``: a MismatchError where that was one (``how`` 1), a PeerFailure naming the failed
+    rank where a rank left because ``first`` failed (``how`` 3), else CommBroken. It carries
     (how, first, text) for :meth:`Arena.abandon`, which passes the first failure on."""
-    kind = MismatchError if how == 1 else CommBroken
-    exc = kind(f"{what}: world rank {first} left call #{seq} of this communicator with {text}")
+    exc: CommError
+    if how == 3:
+        exc = PeerFailure(first, f"{text}; while waiting for {what} (a rank left it so)")
+    else:
+        kind = MismatchError if how == 1 else CommBroken
+        exc = kind(f"{what}: world rank {first} left call #{seq} of this communicator with "
+                   f"{text}")
     setattr(exc, "first_failure", (how, first, text))  # noqa: B010 (no such field in the class)
     return exc
 

@@ -410,10 +410,12 @@ class Communicator:
         e.current = (self.coll_context, seq, self.name, self._ranks)
         return seq
 
-    def describe_calls(self, describe: Callable[[], tuple[int, str] | None]) -> None:
+    def describe_calls(self, describe: Callable[[], Callable[[], tuple[int, str] | None] | None]
+                       ) -> None:
         """Register how to describe this communicator's collective in progress on a path that
-        sends no messages (the shared-memory windows): ``describe()`` gives (call number, the
-        call's signature text), or None. The monitor compares it with the members' calls."""
+        sends no messages (the shared-memory windows): ``describe()()`` gives (call number, the
+        call's signature text), or None (``describe`` is a weak reference to the method, so
+        the registration keeps nothing alive). The monitor compares it with the members'."""
         self._engine.call_describers[self.coll_context] = describe
 
     def note_broken_sequence(self, seq: int, text: str) -> None:

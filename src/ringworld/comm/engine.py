@@ -155,7 +155,8 @@ class Engine:
         self.entered_tag: dict[int, int] = {}
         # collective context -> how to describe its call in progress on a path that sends no
         # messages (the shared-memory windows; see Communicator.describe_calls)
-        self.call_describers: dict[int, Callable[[], tuple[int, str] | None]] = {}
+        self.call_describers: dict[
+            int, Callable[[], Callable[[], tuple[int, str] | None] | None]] = {}
         self.previous_tag: dict[int, int] = {}  # ... and of the signed call before it
         # collective calls not finished on this rank, whose messages may still come late:
         # nonblocking ones in flight and ones that failed here (context -> sequence numbers)

@@ -10,7 +10,10 @@ A daemon thread per rank, on a store connection of its own, every ``interval`` s
 - hands failures found by any rank to the engine, whose waits then raise
   :class:`~ringworld.errors.PeerFailure` naming the rank.
 A rank busy computing keeps beating (the thread runs whenever the interpreter switches threads),
-so long computations between calls are not failures. A rank that exits normally says so first.
+so long computations between calls are not failures. Inside one long call that holds the GIL it
+cannot beat; the ranks on its host then beat for it while /proc shows its process running (not
+stopped), so only a stopped, vanished or cut-off rank goes silent. A rank that exits normally
+says so first.
 
 On a timeout, :meth:`Monitor.explain` reads every rank's published state, so the error says which
 ranks entered the collective and which are missing, and what each of them is doing.
@@ -19,6 +22,7 @@ ranks entered the collective and which are missing, and what each of them is doi
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections import deque
@@ -40,6 +44,20 @@ HISTORY = 8             # long waits each rank remembers (its flight recorder)
 TICK = 0.25             # seconds between looks for failures and revocations found elsewhere
 DEFAULT_LIVENESS = 20.0  # seconds without a heartbeat before a rank is declared failed
 _PREFIX = "rw/mon/"
+
+
+def _process_state(pid: int) -> tuple[str, int] | None:
+    """(state letter, start time in clock ticks) of process ``pid`` from /proc, or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    fields = raw[raw.rfind(")") + 2 :].split()  # after "pid (comm) "
+    try:
+        return fields[0], int(fields[19])
+    except (IndexError, ValueError):
+        return None
 
 
 def _beat_key(rank: int) -> str:
@@ -76,6 +94,11 @@ class Monitor:
         self._history: deque[tuple[float, str]] = deque(maxlen=HISTORY)
         self._compare_after = self.interval  # seconds of a wait before comparing calls
         self._collecting = threading.Lock()  # _collect runs on the thread or in collect_now
+        # this process's identity for same-host peers (see _alive_here): pid and start time
+        self._pid = os.getpid()
+        found = _process_state(self._pid)
+        self._start = None if found is None else found[1]
+        self._idents: dict[int, tuple[int, int]] = {}  # neighbours' identities, once read
         self._thread = threading.Thread(target=self._run, name="ringworld-monitor", daemon=True)
         self.error: BaseException | None = None  # why the thread stopped early, if it did
 
@@ -114,7 +137,8 @@ class Monitor:
         e = self.engine
         names = e.comm_names
         entered = {f"{names.get(ctx, ctx)}": seq for ctx, seq in list(e.entered.items())}
-        state: dict[str, Any] = {"t": time.time(), "entered": entered}
+        state: dict[str, Any] = {"t": time.time(), "entered": entered, "pid": self._pid,
+                                 "start": self._start}
         call = self._call()
         if call is not None:
             state["call"] = call
@@ -139,7 +163,8 @@ class Monitor:
         if cur is None:
             return None
         ctx, seq = cur[0], cur[1]
-        describe = e.call_describers.get(ctx)
+        ref = e.call_describers.get(ctx)
+        describe = None if ref is None else ref()
         if describe is not None:
             got = describe()
             if got is not None and got[0] == seq:
@@ -190,23 +215,65 @@ class Monitor:
                 e.remote_mismatches.append((ctx, seq, self.rank, text, member, other))
                 return
 
+    def _neighbours(self) -> list[int]:
+        """The ranks on this rank's host that it vouches for: the next few in rank order."""
+        hosts = self.engine.hosts
+        mine = hosts[self.rank] if len(hosts) == self.size else None
+        local = [(self.rank + k) % self.size for k in range(1, self.size)]
+        return [r for r in local if hosts[r] == mine][:WATCHERS] if mine is not None else []
+
+    def _alive_here(self, store: Store, rank: int) -> bool | None:
+        """Whether ``rank``'s process, on this host, exists and is not stopped (None: cannot
+        tell, as when it published no process identity or runs in another pid namespace).
+        Its published start time must match the process's, so a reused pid never vouches."""
+        ident = self._idents.get(rank)
+        if ident is None:
+            state = _get_json(store, _state_key(rank), 0.5)
+            pid, start = state.get("pid"), state.get("start")
+            if not isinstance(pid, int) or not isinstance(start, int):
+                return None
+            ident = self._idents[rank] = (pid, start)
+        got = _process_state(ident[0])
+        if got is None or got[1] != ident[1]:
+            return False  # gone (or another process with its pid)
+        return got[0] not in "TtZX"  # stopped, traced, zombie or dead
+
+    def _vouch(self, store: Store, last: dict[int, tuple[int, float]], now: float) -> None:
+        """Beat for ranks on this host whose own beats have stopped while their process runs:
+        a rank inside one long call that holds the GIL (its monitor thread cannot run) is busy,
+        not failed. A stopped process gets no beats, nor does one on a host cut off (this rank
+        cannot reach the store either). Cost: a store read and a /proc read per neighbour."""
+        for r in self._neighbours():
+            if r in self._declared or r in self.engine.dead:
+                continue
+            count = store.add(_beat_key(r), 0)
+            seen = last.get(r)
+            if seen is None or seen[0] != count:
+                last[r] = (count, now)
+            elif now - seen[1] >= 2 * self.interval and self._alive_here(store, r):
+                last[r] = (store.add(_beat_key(r), 1), now)
+
     def _run(self) -> None:
         store = self._store
         assert store is not None
         watched = self._watched()
+        local = set(self._neighbours())
         last: dict[int, tuple[int, float]] = {}
+        vouched: dict[int, tuple[int, float]] = {}
         prev = next_beat = time.monotonic()
         try:
             while not self._stop.wait(min(TICK, self.interval)):
                 now = time.monotonic()
                 if now - prev > self.liveness / 2:
                     last.clear()  # this rank itself was stopped: nobody's silence counts
+                    vouched.clear()
                 prev = now
                 self._collect(store)
                 if now < next_beat:
                     continue
                 next_beat = now + self.interval
                 self._compare_calls(store, self._beat(store))
+                self._vouch(store, vouched, now)
                 for r in watched:
                     if r in self._declared or r in self.engine.dead:
                         continue
@@ -215,6 +282,9 @@ class Monitor:
                     if seen is None or seen[0] != count:
                         last[r] = (count, now)
                     elif now - seen[1] > self.liveness and not self._exited(store, r):
+                        if r in local and self._alive_here(store, r):
+                            last[r] = (count, now)  # busy, not failed (see _vouch)
+                            continue
                         self._declare(store, r, now - seen[1])
         except RingworldError as exc:
             if not self._stop.is_set():
