@@ -7,6 +7,7 @@ import math
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -295,20 +296,35 @@ def test_memory_bus_bounds_what_ranks_stream_at_once() -> None:
     assert estimate.bus_rate(c, "allreduce", 1 << 20, 2) == 0.0  # no bus rate
 
 
-def test_fit_finds_the_memory_bus_apart_from_the_rates() -> None:
+def _two_cores_32mib_cache(root: Path) -> Path:
+    """A sysfs of two cores on one node with a 32 MiB last-level cache (the fit's starts
+    depend on the cache size, and the simulated machine on the cores: not this machine's)."""
+    (root / "devices/system/cpu").mkdir(parents=True)
+    (root / "devices/system/cpu/online").write_text("0-1\n")
+    (root / "devices/system/node/node0").mkdir(parents=True)
+    (root / "devices/system/node/node0/cpulist").write_text("0-1\n")
+    for i, size in enumerate(("48K", "2048K", "32768K")):
+        d = root / f"devices/system/cpu/cpu0/cache/index{i}"
+        d.mkdir(parents=True)
+        (d / "size").write_text(size + "\n")
+    return root
+
+
+def test_fit_finds_the_memory_bus_apart_from_the_rates(tmp_path: Path) -> None:
     """Two ranks that each copy and read at full speed run out of memory bus on large
     shared-memory calls; with a bus that binds there (and none assumed), the fit finds it
     while the calls it does not bind keep the rates."""
     true = Constants(step=20e-6, message=4e-6, bandwidth=30e9, reduce_rate=8e9, copy_rate=15e9,
                      sync=3e-6, read_rate=18e9, rendezvous=5e-6, call=25e-6, bus_rate=40e9)
-    topo = calibrate.local_topology(nranks=2, constants=true)
+    sysfs = _two_cores_32mib_cache(tmp_path)
+    topo = calibrate.local_topology(nranks=2, constants=true, sysfs=sysfs)
     rows = [{"collective": coll, "algorithm": algo, "bytes": nb,
              "seconds": calibrate.predict_row(topo, true, coll, algo, nb, 2)}
             for coll, algo in [("allreduce", "ring"), ("bcast", "binomial"),
                                ("allgather", "ring"), ("alltoall", "shm"),
                                ("allgather", "shm"), ("bcast", "shm")]
             for nb in (1 << 20, 4 << 20, 16 << 20, 64 << 20)]
-    f = calibrate.fit(rows, true._replace(bus_rate=0.0), 2)
+    f = calibrate.fit(rows, true._replace(bus_rate=0.0), 2, sysfs=sysfs)
     assert f.worst_before > 0.15  # the large shared-memory calls, predicted without the bus
     assert f.worst_after < 0.1
     assert f.constants.bus_rate == pytest.approx(40e9, rel=0.25)
