@@ -11,15 +11,16 @@ from __future__ import annotations
 import atexit
 import os
 import socket
+import sys
 import threading
 import time
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from ringworld import config as _config
 from ringworld.collective.communicator import Communicator
 from ringworld.comm.engine import WORLD_CONTEXT, Engine, usable_cpus
 from ringworld.comm.monitor import Monitor
-from ringworld.errors import BootstrapError, ConfigError, RingworldError, StoreError
+from ringworld.errors import BootstrapError, ConfigError, PeerFailure, RingworldError, StoreError
 from ringworld.store.base import Store
 from ringworld.transport.base import Transport
 from ringworld.tuning import constants
@@ -307,6 +308,21 @@ def _start_monitor(engine: Engine, cfg: _config.Config) -> None:
     engine.explain = monitor.explain
     engine.ft = monitor
     _monitor = monitor
+    _note_crashes(engine)
+
+
+def _note_crashes(engine: Engine) -> None:
+    """Keep the exception that ends the program, for the note this rank leaves as it exits:
+    peers waiting for it then say it crashed, and with what, not that it finalized."""
+    previous = sys.excepthook
+
+    def hook(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+        engine.crashed = f"{kind.__name__}: {value}"
+        if isinstance(value, PeerFailure):  # the crash came from another rank's failure
+            engine.crashed_peer = value.rank
+        previous(kind, value, tb)
+
+    sys.excepthook = hook
 
 
 def _start_trace(cfg: _config.Config) -> None:

@@ -38,7 +38,7 @@ from ringworld.comm.requests import (
     check_timeout,
     wait_all,
 )
-from ringworld.errors import PeerFailure, TransportError
+from ringworld.errors import TransportError
 from ringworld.transport.base import Transport
 
 T = TypeVar("T")
@@ -371,9 +371,7 @@ class Communicator:
                 if dead and engine.explained(dead[0]) and abort is not None:
                     abort()  # raises the published reason, if it is this call's
                 if dead:
-                    cause = engine.dead[dead[0]]
-                    raise PeerFailure(dead[0], f"{cause.detail}; while waiting for "
-                                               f"{describe()}") from cause
+                    raise engine.peer_failure(dead[0], describe())
             if now >= deadline:
                 if cond():
                     return

@@ -144,6 +144,9 @@ class Engine:
         self.left_calls: dict[tuple[int, int], tuple[str, str]] = {}  # ... -> (why, kind)
         self.refused: dict[int, set[int]] = {}  # context -> calls this rank refused as root
         self._explained: set[int] = set()  # exited ranks whose reasons were looked up
+        self.failure_order: list[int] = []  # reported failed ranks, first published first
+        self.crashed: str | None = None  # the exception that ended this program (see runtime)
+        self.crashed_peer: int | None = None  # ... a PeerFailure naming that world rank
         # synchronous sends waiting for their match, by (dest, context, tag), in send order
         self.sync_waiting: dict[tuple[int, int, int], deque[SyncSendRequest]] = {}
         self.ft: Any = None  # the job's fault-tolerance service (store based), if any
@@ -677,7 +680,9 @@ class Engine:
         """Record peers that have exited (after draining what they sent before they died), and
         those the monitor found not responding."""
         while self.remote_failures:
-            exc = self.remote_failures.pop()
+            exc = self.remote_failures.pop(0)
+            if exc.rank not in self.reported:
+                self.failure_order.append(exc.rank)
             self.reported.add(exc.rank)
             self._peer_failed(exc)
         while self.remote_mismatches:
@@ -878,13 +883,34 @@ class Engine:
         if rank is not None:
             if self.explained(rank):
                 return  # the wait's requests failed with the reason: the caller raises it
-            cause = self.dead[rank]
-            detail = f"{cause.detail}; while waiting for {describe()}"
-            if self.ft is not None and self.ft.has_exited(rank):
-                detail += (f" (rank {rank} had already left the job: it finalized or its program "
-                           "ended, so it will send nothing more; this rank waits for a message "
-                           "or call it never made)")
-            raise PeerFailure(rank, detail) from cause
+            raise self.peer_failure(rank, describe())
+
+    def peer_failure(self, rank: int, waiting: str) -> PeerFailure:
+        """The error of a wait (``waiting``: what for) that cannot end as world rank ``rank``
+        has failed. Where ``rank`` left the job after another rank failed, that first failure
+        is named instead (the job's root cause); where it left on its own, whether it crashed
+        (an exception ended its program: shown) or finalized. Cost: a store round trip."""
+        cause = self.dead[rank]
+        info = None if self.ft is None else self.ft.exit_info(rank)
+        if info is None:  # (not chained to the transport's error: its text is all in here)
+            return PeerFailure(rank, f"{cause.detail}; while waiting for {waiting}")
+        first = next((r for r in self.failure_order if r != rank and r in self.reported), None)
+        crashed = info.get("crashed")
+        peer = info.get("failed_peer")
+        if first is None and isinstance(peer, int) and peer != rank:
+            first = peer  # it crashed of that rank's failure
+        if first is not None and first != self.rank:
+            root = self.dead.get(first)
+            why = root.detail if root is not None else str(crashed or "failed")
+            return PeerFailure(first, f"{why}; rank {rank}, which this rank waited for in "
+                                      f"{waiting}, left the job after that")
+        if crashed:
+            return PeerFailure(rank, f"{cause.detail}; while waiting for {waiting} (rank {rank} "
+                                     f"crashed: {crashed})")
+        return PeerFailure(rank, f"{cause.detail}; while waiting for {waiting} (rank {rank} had "
+                                 "already left the job: it finalized or its program ended, so it "
+                                 "will send nothing more; this rank waits for a message or call "
+                                 "it never made)")
 
     def explained(self, rank: int) -> bool:
         """Whether a record another rank published explains why this rank's wait on ``rank``,

@@ -123,7 +123,14 @@ class Monitor:
             return
         try:
             if exiting:
-                store.set(_state_key(self.rank), json.dumps({"exited": True}).encode())
+                left: dict[str, Any] = {"exited": True}
+                crashed = getattr(self.engine, "crashed", None)
+                if crashed:
+                    left["crashed"] = str(crashed)[:300]
+                    peer = getattr(self.engine, "crashed_peer", None)
+                    if isinstance(peer, int):
+                        left["failed_peer"] = peer
+                store.set(_state_key(self.rank), json.dumps(left).encode())
         except RingworldError:
             pass
         finally:
@@ -399,13 +406,20 @@ class Monitor:
     def has_exited(self, rank: int) -> bool:
         """Whether ``rank`` told the job it left (finalize, also run at exit). False when
         the store cannot say. Cost: one store round trip (0.5 s bound)."""
+        return self.exit_info(rank) is not None
+
+    def exit_info(self, rank: int) -> dict[str, Any] | None:
+        """What ``rank`` said as it left the job ({"exited": True} and, if an exception ended
+        its program, "crashed": its text), or None if it did not (or the store cannot say).
+        Cost: one store round trip (0.5 s bound)."""
         store = self._store
         if store is None:
-            return False
+            return None
         try:
-            return self._exited(store, rank)
+            state = _get_json(store, _state_key(rank), 0.5)
         except RingworldError:
-            return False
+            return None
+        return state if state.get("exited") else None
 
     def find_mismatch(self, context: int, seq: int) -> MismatchRecord | None:
         """The latest published mismatch of call ``seq`` on ``context``, if any:
