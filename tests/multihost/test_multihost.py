@@ -271,3 +271,52 @@ def test_a_cut_link_fails_the_survivors_within_the_liveness_timeout(tmp_path: Pa
         for m in found:
             assert m is not None and m.group(2) == "2" and "not responding" in m.group(4)
             assert float(m.group(3)) - cut_at < liveness + 2.0, lines
+
+
+ELASTIC = """
+import os, signal, sys
+import numpy as np
+import ringworld
+
+comm = ringworld.init()
+world = comm.rank
+x = np.full(1 << 16, float(world + 1))
+out = np.empty(1 << 16)
+step, recovered = 0, False
+while step < 30:
+    if world == 2 and step == 10:
+        os.kill(os.getpid(), signal.SIGKILL)
+    try:
+        comm.allreduce(x, out)  # hierarchical across the two hosts
+        step += 1
+    except (ringworld.PeerFailure, ringworld.CommRevoked) as exc:
+        assert not recovered, exc
+        if sys.argv[1] == "revoke":
+            comm.revoke()
+        comm = comm.shrink()
+        recovered = True
+        print(f"rank {world}: recovered from rank {getattr(exc, 'rank', '-')}", flush=True)
+want = sum(r + 1.0 for r in range(4) if r != 2)
+assert (out == want).all(), out[:3]
+print(f"rank {world}: done on {comm.size} ranks", flush=True)
+"""
+
+
+@pytest.mark.parametrize("mode", ["shrink", "revoke"])
+def test_recovery_across_hosts_never_deadlocks(tmp_path: Path, mode: str) -> None:
+    """Two hosts of two ranks, the hierarchical allreduce in a loop, kill -9 of rank 2 (on
+    the second host): every survivor fails, shrinks and finishes. A leader that failed among
+    the leaders left its host's other rank waiting for good in the host's broadcast."""
+    with network(2) as net:
+        prog = tmp_path / "prog.py"
+        prog.write_text(textwrap.dedent(ELASTIC))
+        r = subprocess.run(
+            [sys.executable, "-m", "ringworld", "run", "-n", "4", "--hosts",
+             f"{net.hosts[0]}:2,{net.hosts[1]}:2", "--rsh", "ip netns exec", "--bind",
+             net.launcher_ip, "--enable-recovery", sys.executable, str(prog), mode],
+            capture_output=True, text=True, timeout=90, check=False, stdin=subprocess.DEVNULL,
+            cwd=tmp_path)
+        assert r.returncode == 0, r.stdout + r.stderr
+        for rank in (0, 1, 3):
+            assert f"rank {rank}: recovered from rank" in r.stdout, r.stdout + r.stderr
+            assert f"rank {rank}: done on 3 ranks" in r.stdout, r.stdout + r.stderr

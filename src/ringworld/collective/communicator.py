@@ -37,7 +37,7 @@ from ringworld.comm.requests import (
     check_timeout,
     wait_all,
 )
-from ringworld.errors import CommError, CommRevoked, Timeout
+from ringworld.errors import CommError, CommRevoked, MismatchError, PeerFailure, Timeout
 from ringworld.tuning import constants
 from ringworld.tuning.select import Selector
 
@@ -599,10 +599,31 @@ class Communicator(ObjectCollectives):
         """
         local, leaders = self._hierarchy()
         send = IN_PLACE if (sb is rb and local.rank == 0) else sb
-        local.reduce(send, rb, o, root=0, timeout=timeout)
-        if leaders is not None and leaders.size > 1:
-            leaders.allreduce(IN_PLACE, rb, o, timeout=timeout)
-        local.bcast(rb, root=0, timeout=timeout)
+        try:
+            local.reduce(send, rb, o, root=0, timeout=timeout)
+            if leaders is not None and leaders.size > 1:
+                leaders.allreduce(IN_PLACE, rb, o, timeout=timeout)
+            local.bcast(rb, root=0, timeout=timeout)
+        except BaseException as exc:
+            # the steps this rank will not make: the host's ranks would wait in them for good
+            # (a leader that failed among the leaders never broadcasts to its host)
+            for sub in (local, leaders):
+                if sub is not None:
+                    sub._leave_next(exc)
+            raise
+
+    def _leave_next(self, exc: BaseException) -> None:
+        """This rank will not make its next collective on this communicator (the composite
+        call it was a step of failed with ``exc``): tell the members, whose waits in it fail
+        with the first failure instead of waiting for good."""
+        if self._arena is not None:
+            self._arena.abandon(exc)
+        if isinstance(exc, MismatchError | CommRevoked) or getattr(exc, "from_left", False):
+            return  # these reach every member anyway
+        kind = f"PeerFailure:{exc.rank}" if isinstance(exc, PeerFailure) else ""
+        self._engine.report_left(self.coll_context, self._coll_seq,
+                                 f"a composite collective with {type(exc).__name__}: {exc}",
+                                 kind)
 
     def reduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: OpLike = ops.SUM, *,
                              algorithm: str | None = None,

@@ -86,6 +86,8 @@ def _left_error(why: str, kind: str) -> Exception:
         exc = ValueError(why)
     elif kind == "TypeError":
         exc = TypeError(why)
+    elif kind.startswith("PeerFailure:"):  # the rank left because this one failed: name it
+        exc = PeerFailure(int(kind.split(":")[1]), why)
     else:
         exc = CommBroken(why)
     setattr(exc, "from_left", True)  # noqa: B010 (not passed on again: see report_left)
@@ -750,7 +752,7 @@ class Engine:
     def fail_left(self, context: int, seq: int, by: int, text: str, kind: str = "") -> None:
         """Fail this rank's receives of collective call ``seq`` on ``context``, now and later
         (:meth:`check_left`), as world rank ``by`` left that call with an error (``text``)."""
-        if kind:
+        if kind in ("ValueError", "TypeError"):  # a root's refusal: its text says it all
             why = text
         else:
             name = self.comm_names.get(context, f"context {context}")
