@@ -42,14 +42,14 @@ LEAVE_TIMEOUT = 30.0
 BOOTSTRAP_TIMEOUT = 60.0
 
 
-def _connect_store(cfg: _config.Config) -> Store:
+def _connect_store(cfg: _config.Config, timeout: float = BOOTSTRAP_TIMEOUT) -> Store:
     from ringworld.store.tcp import TCPStore
 
     assert cfg.store_addr is not None
     host, sep, port = cfg.store_addr.rpartition(":")
     if not sep or not port.isdigit():
         raise ConfigError(f"RINGWORLD_STORE={cfg.store_addr!r} must be host:port")
-    return TCPStore(host.strip("[]"), int(port), cfg.secret, timeout=BOOTSTRAP_TIMEOUT)
+    return TCPStore(host.strip("[]"), int(port), cfg.secret, timeout=timeout)
 
 
 def _make_transport(cfg: _config.Config, kind: str, store: Store,
@@ -299,7 +299,11 @@ def _stop_serving() -> None:
 def _start_monitor(engine: Engine, cfg: _config.Config) -> None:
     """Heartbeats on a store connection of their own (RINGWORLD_LIVENESS_TIMEOUT, 0: off)."""
     global _monitor
-    monitor = Monitor(engine, lambda: _connect_store(cfg), cfg.liveness_timeout)
+    # its requests time out within the liveness timeout: a rank cut off from the job finds out
+    # as soon as the others declare it failed, and its waits raise (see Engine.lose)
+    monitor = Monitor(engine, lambda: _connect_store(
+        cfg, max(cfg.liveness_timeout, 1.0) if cfg.liveness_timeout > 0 else BOOTSTRAP_TIMEOUT),
+        cfg.liveness_timeout)
     try:
         monitor.start()
     except RingworldError:

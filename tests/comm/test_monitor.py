@@ -118,6 +118,38 @@ def test_a_rank_inside_one_long_call_holding_the_interpreter_is_not_a_failure(
         "ok 0", "ok 1"], r.stdout
 
 
+def test_a_rank_that_loses_the_job_store_raises_instead_of_waiting(tmp_path: Path) -> None:
+    """A rank cut off from the job (its monitor's store requests fail, as when its link is
+    cut or the launcher is gone) can no longer learn of failures: its waits raise CommBroken
+    saying so, instead of waiting for good (the others declare it failed)."""
+    body = """
+    import socket, time
+    import numpy as np
+    import ringworld
+    from ringworld import runtime
+
+    comm = ringworld.init()
+    comm.barrier()
+    if comm.rank == 1:
+        runtime._monitor._store._sock.shutdown(socket.SHUT_RDWR)  # the link to the store dies
+        start = time.monotonic()
+        try:
+            comm.recv(np.empty(4), 0)  # rank 0 never sends; no timeout
+        except ringworld.CommBroken as exc:
+            print(f"rank 1 after {time.monotonic() - start:.1f} s: {exc}", flush=True)
+    else:
+        try:
+            comm.recv(np.empty(4), 1)
+        except ringworld.PeerFailure as exc:
+            print(f"rank 0: rank {exc.rank} failed", flush=True)
+    """
+    r = _run(tmp_path, body, 2, "shm")
+    m = re.search(r"rank 1 after ([\d.]+) s: (.*)", r.stdout)
+    assert m, r.stdout + r.stderr
+    assert "lost contact with the job" in m.group(2), r.stdout
+    assert float(m.group(1)) < LIVENESS + 10, r.stdout
+
+
 def test_a_rank_that_finished_is_not_a_failure(tmp_path: Path) -> None:
     body = """
     import time

@@ -320,3 +320,4 @@ def test_recovery_across_hosts_never_deadlocks(tmp_path: Path, mode: str) -> Non
         for rank in (0, 1, 3):
             assert f"rank {rank}: recovered from rank" in r.stdout, r.stdout + r.stderr
             assert f"rank {rank}: done on 3 ranks" in r.stdout, r.stdout + r.stderr
+

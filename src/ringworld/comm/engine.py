@@ -147,6 +147,7 @@ class Engine:
         self.refused: dict[int, set[int]] = {}  # context -> calls this rank refused as root
         self._explained: set[int] = set()  # exited ranks whose reasons were looked up
         self.failure_order: list[int] = []  # reported failed ranks, first published first
+        self.lost: str | None = None  # why this rank is cut off from the job (see lose)
         self.crashed: str | None = None  # the exception that ended this program (see runtime)
         self.crashed_peer: int | None = None  # ... a PeerFailure naming that world rank
         # synchronous sends waiting for their match, by (dest, context, tag), in send order
@@ -678,9 +679,24 @@ class Engine:
             if not waiting:
                 del self.sync_waiting[key]
 
+    def lose(self, why: BaseException) -> None:
+        """The job's store stopped answering this rank's monitor (``why``): this rank is cut
+        off from the others, or the launcher is gone. Its waits raise CommBroken from now on
+        (:meth:`check_peers`): it can no longer learn of failures or take part in recovery,
+        and the others have declared it failed or will."""
+        self.lost = (f"world rank {self.rank} lost contact with the job: {why} (cut off from "
+                     f"the other ranks, or the launcher is gone)")
+        self.calm = False
+
     def check_peers(self) -> None:
         """Record peers that have exited (after draining what they sent before they died), and
-        those the monitor found not responding."""
+        those the monitor found not responding.
+
+        Raises:
+            CommBroken: this rank lost contact with the job (see :meth:`lose`).
+        """
+        if self.lost is not None:
+            raise CommBroken(self.lost)
         while self.remote_failures:
             exc = self.remote_failures.pop(0)
             if exc.rank not in self.reported:

@@ -295,7 +295,10 @@ class Monitor:
                         self._declare(store, r, now - seen[1])
         except RingworldError as exc:
             if not self._stop.is_set():
-                self.error = exc  # the store (launcher) is gone: the job is ending anyway
+                # the store does not answer: this rank is cut off, or the launcher is gone;
+                # its waits raise instead of waiting for what it can no longer learn
+                self.error = exc
+                self.engine.lose(exc)
 
     def _exited(self, store: Store, rank: int) -> bool:
         return bool(_get_json(store, _state_key(rank), 0.5).get("exited"))
