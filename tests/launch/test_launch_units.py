@@ -10,7 +10,7 @@ import pytest
 
 from ringworld.launch import job
 from ringworld.launch.procset import MAX_LINE_BYTES, JobResult, RankExit, _Pipe, _Sink
-from ringworld.launch.report import failure_report, job_exit_code
+from ringworld.launch.report import failure_report, job_exit_code, recovery_exit_code
 
 
 def pipe(prefix: bytes = b"", tail: deque[bytes] | None = None) -> tuple[_Pipe, io.BytesIO]:
@@ -148,6 +148,59 @@ def test_interrupted_and_successful_jobs() -> None:
     fine = result(RankExit(0, 7, 0, False), RankExit(1, 8, 0, False))
     assert failure_report(fine, "j", 2) == ""
     assert job_exit_code(fine) == 0
+
+
+HUNG = "no heartbeat for 3.0 s (liveness timeout 3 s; ...), found by rank 0"
+
+
+def test_report_names_the_rank_that_stopped_responding_and_its_consequences() -> None:
+    r = result(RankExit(0, 100, 1, False, secondary=True), RankExit(1, 101, -9, True,
+               unresponsive=HUNG), RankExit(2, 102, 1, False, secondary=True),
+               RankExit(3, 103, -15, True), RankExit(4, 104, 5, False), root=1)
+    assert failure_report(r, "j", size=5).splitlines() == [
+        f"ringworld: job j failed: rank 1 (pid 101) stopped responding: {HUNG}",
+        "ringworld: other ranks: rank 3 stopped by ringworld; rank 4 exited with code 5; "
+        "ranks 0, 2 exited with code 1 because of it (peer failure)",
+        "ringworld: rank 1 wrote nothing to stderr",
+    ]
+    assert job_exit_code(r) == 1  # rank 0's: rank 1 was killed by the launcher
+    alone = result(RankExit(0, 100, 0, False), RankExit(1, 101, -9, True, unresponsive=HUNG),
+                   root=1)
+    assert job_exit_code(alone) == 1
+
+
+def test_recovery_counts_ranks_that_stopped_responding_as_lost() -> None:
+    r = result(RankExit(0, 100, -9, False), RankExit(1, 101, -9, True, unresponsive=HUNG),
+               RankExit(2, 102, 0, False), root=0)
+    assert recovery_exit_code(r) == 0
+    assert "rank 1 stopped responding" in failure_report(r, "j", 3, recovery=True)
+    lost = result(RankExit(0, 100, -9, True, unresponsive=HUNG), root=0)
+    assert recovery_exit_code(lost) == 1
+    assert failure_report(lost, "j", 1, recovery=True).startswith(
+        f"ringworld: job j lost rank 0 (pid 100): stopped responding: {HUNG}; the other ranks")
+
+
+def test_the_launcher_reads_the_ranks_the_monitors_declared() -> None:
+    from ringworld.comm.monitor import publish_failure
+    from ringworld.launch.liveness import JobFailures
+    from ringworld.store.tcp import TCPStore, TCPStoreServer
+
+    secret = os.urandom(32)
+    with TCPStoreServer(secret) as server:
+        host, port = server.start()
+        with TCPStore(host, port, secret, timeout=5) as rank, \
+                JobFailures(f"{host}:{port}", secret) as launcher:
+            assert launcher.unresponsive() == {}
+            launcher.tell(RankExit(3, 77, 2, False))  # an exit: not a rank that stopped responding
+            publish_failure(rank, 2, "not responding: no heartbeat for 4.0 s (x)", 0)
+            publish_failure(rank, 1, "connection reset", 0)  # found dead, not unresponsive
+            publish_failure(rank, 2, "not responding: no heartbeat for 5.0 s (x)", 3)
+            publish_failure(rank, 0, "not responding: no heartbeat for 6.0 s (y)", 1)
+            assert launcher.unresponsive() == {
+                2: "no heartbeat for 4.0 s (x), found by rank 0",
+                0: "no heartbeat for 6.0 s (y), found by rank 1",
+            }
+            assert list(launcher.unresponsive()) == [2, 0]  # first declared first
 
 
 def test_remove_shm_segments_only_touches_this_job(tmp_path) -> None:

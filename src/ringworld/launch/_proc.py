@@ -77,3 +77,18 @@ def kill_group(pgid: int, sig: int) -> None:
     """Send ``sig`` to process group ``pgid``, ignoring a group that is already gone."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
+
+
+def process_state(pid: int) -> str | None:
+    """The state letter of process ``pid`` from ``/proc/<pid>/stat`` (``R``, ``S``, ``T`` for
+    stopped, ``Z`` ...), or None where it cannot be read (gone, or no ``/proc``).
+
+    Cost: one small file read.
+    """
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    rest = stat.rpartition(b")")[2].split()  # the command name may hold spaces and brackets
+    return rest[0].decode() if rest else None

@@ -44,7 +44,8 @@ from ringworld.launch.job import (
     remove_shm_segments,
     with_mpi4py_shim,
 )
-from ringworld.launch.procset import ProcessSet, RankExit
+from ringworld.launch.liveness import JobFailures
+from ringworld.launch.procset import ProcessSet
 from ringworld.launch.report import failure_report, job_exit_code, recovery_exit_code
 
 #: Modules that add subcommands (see the module docstring for the protocol).
@@ -64,12 +65,17 @@ passed to the ranks unchanged.
 Output of every rank is forwarded line by line; stdin goes to rank 0 only (the others read
 /dev/null). Python ranks run unbuffered (PYTHONUNBUFFERED=1) unless the environment says
 otherwise. If a rank fails, the others are stopped (SIGTERM, then SIGKILL after --grace seconds)
-and a report names the rank that failed first, how, and its last stderr lines. Ctrl-C, SIGTERM and
-SIGHUP are forwarded to every rank.
+and a report names the rank that failed first, how, and its last stderr lines. A rank that stops
+responding (stopped, hung, cut off: found by the ranks' heartbeats within
+RINGWORLD_LIVENESS_TIMEOUT seconds, or stopped by a signal) is named as the cause of the failures
+that follow and killed; so is one left running once all the others have exited. Ctrl-C, SIGTERM
+and SIGHUP are forwarded to every rank. Should the launcher be killed (SIGKILL), a guardian
+process kills what the ranks started.
 
-exit status: that of the first rank to fail (128+N if killed by signal N), 128+N if the launcher
-was stopped by signal N (130 for Ctrl-C), 127/126 if PROGRAM cannot be found/executed,
-0 otherwise.
+exit status: that of the first rank to fail (128+N if killed by signal N; for a rank that stopped
+responding, that of the lowest rank that failed after it, else 1), 128+N if the launcher was
+stopped by signal N (130 for Ctrl-C), 127/126 if PROGRAM cannot be found/executed, 0 otherwise.
+With --enable-recovery: 0 if the survivors finished.
 """
 _RUN_EPILOG = """\
 examples:
@@ -313,11 +319,11 @@ def _run_job(args: argparse.Namespace, argv: list[str], base: dict[str, str]
             print(f"ringworld: cannot serve the job store on {bind}: {exc}", file=sys.stderr)
             return 1, False
         stack.callback(remove_shm_segments, job_id)
-        notifier = stack.enter_context(_FailureNotifier(store.address, secret))
+        failures = stack.enter_context(JobFailures(store.address, secret))
         ps = stack.enter_context(ProcessSet(
             tag_output=args.tag_output, grace=args.grace, keep_going=args.enable_recovery,
             on_dump=lambda: _dump_job(store.address, secret, size),
-            on_failure=notifier.tell))
+            on_failure=failures.tell, find_unresponsive=failures.unresponsive))
         torch_env = _torch_env(base, bind, size)
         for rank in range(size):
             if ps.interrupted_by is not None:
@@ -415,37 +421,6 @@ def _torch_env(base: dict[str, str], bind: str, size: int) -> dict[str, str]:
             s.bind((host, 0))  # a free port now; rank 0's torch store takes it moments later
             env["MASTER_ADDR"], env["MASTER_PORT"] = host, str(s.getsockname()[1])
     return env
-
-
-class _FailureNotifier:
-    """Tells the ranks, through the job store, of a rank that failed (their monitors look every
-    0.25 s), so collectives that need it fail at once on every rank, naming it."""
-
-    def __init__(self, address: str, secret: bytes) -> None:
-        self._address = address
-        self._secret = secret
-        self._store: Any = None
-
-    def __enter__(self) -> _FailureNotifier:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._store is not None:
-            self._store.close()
-
-    def tell(self, failure: RankExit) -> None:
-        """Publish ``failure``; best effort (a report, not a condition of stopping the job)."""
-        from ringworld.comm.monitor import publish_failure
-        from ringworld.store.tcp import TCPStore
-
-        try:
-            if self._store is None:
-                host, _, port = self._address.rpartition(":")
-                self._store = TCPStore(host, int(port), self._secret, timeout=2.0)
-            publish_failure(self._store, failure.rank, failure.describe(), None)
-        except (OSError, StoreError) as exc:
-            print(f"ringworld: could not tell the ranks that rank {failure.rank} failed: {exc}",
-                  file=sys.stderr)
 
 
 def _dump_job(address: str, secret: bytes, size: int) -> None:

@@ -10,8 +10,17 @@ written by signal handlers (``SIGCHLD`` for exits; ``SIGINT``/``SIGTERM``/``SIGH
   recycled id can never be hit); leftover grandchildren go with it.
 * The first rank to fail (non-zero exit or a signal) that the launcher had not signalled is the
   root cause: the rest get ``SIGTERM``, then ``SIGKILL`` after the grace period. A rank whose
-  stderr ends in a ``PeerFailure``/``CommBroken`` failed because of another rank, which may not
-  have been reaped yet; it is blamed only if no other failure shows up within a second.
+  stderr ends in a ``PeerFailure``/``CommBroken`` failed because of another rank (it is
+  *secondary*), which may not have been reaped yet; it is blamed only if no other failure shows
+  up within a second.
+* A rank can also fail without exiting: it stops responding (stopped by a signal, hung, cut off).
+  Its peers' monitors declare it after the liveness timeout (``find_unresponsive`` reads those
+  declarations from the job store), and ``/proc`` shows a stopped process (state ``T``). When a
+  rank fails, a live rank declared unresponsive came first and is the root cause; so is a stopped
+  one when the failure is secondary. It is killed with ``SIGKILL`` (nothing else ends a stopped
+  process) and reported as having stopped responding; the ranks that failed on seeing it are
+  secondary, never the cause. Once every rank still running has stopped responding (the others
+  exited), they are killed too, so a stopped rank never keeps a job alive.
 * With ``keep_going`` (``ringworld run --enable-recovery``) a failure is recorded but the other
   ranks run on, so programs that recover (``comm.shrink()``) can finish.
 * ``SIGUSR1`` calls ``on_dump`` (the launcher prints what every rank is doing); ``on_failure``
@@ -39,6 +48,7 @@ from ringworld.launch._proc import (
     exit_code,
     kill_group,
     prepare_parent_death_signal,
+    process_state,
     set_parent_death_signal,
 )
 
@@ -58,6 +68,9 @@ _POLL_SECONDS_NO_SIGNALS = 0.02
 SECONDARY_WAIT_SECONDS = 1.0
 #: Exception names whose presence marks a rank's failure as a consequence of another's.
 _SECONDARY_MARKERS = (b"ringworld.errors.PeerFailure", b"ringworld.errors.CommBroken")
+#: While some ranks have exited and others run, how often to look whether those left still
+#: respond (a look: a ``/proc`` read per rank and a store round trip or two).
+LOOK_SECONDS = 1.0
 
 
 class RankExit(NamedTuple):
@@ -68,12 +81,18 @@ class RankExit(NamedTuple):
         pid: its process id.
         returncode: ``Popen`` style: the exit code, or minus the signal number.
         stopped: the launcher had signalled it before it exited (so it is not a root cause).
+        secondary: it failed on its own because another rank did (its stderr shows a
+            ``PeerFailure`` or ``CommBroken``).
+        unresponsive: why the job found it no longer responding, if it did (the launcher then
+            killed it: ``returncode`` is the launcher's doing).
     """
 
     rank: int
     pid: int
     returncode: int
     stopped: bool
+    secondary: bool = False
+    unresponsive: str | None = None
 
     @property
     def failed(self) -> bool:
@@ -86,7 +105,9 @@ class RankExit(NamedTuple):
         return exit_code(self.returncode)
 
     def describe(self) -> str:
-        """``exited with code 3`` or ``killed by SIGKILL``."""
+        """``exited with code 3``, ``killed by SIGKILL`` or ``stopped responding: WHY``."""
+        if self.unresponsive is not None:
+            return f"stopped responding: {self.unresponsive}"
         return describe_returncode(self.returncode)
 
 
@@ -95,7 +116,8 @@ class JobResult(NamedTuple):
 
     Attributes:
         exits: how each rank ended, in rank order (ranks never started are absent).
-        root_cause: the first rank that failed on its own, if any.
+        root_cause: the first rank that failed on its own (exited, or stopped responding), if
+            any.
         interrupted_by: the signal that stopped the launcher, if one did.
         stderr_tails: the last lines of each rank's stderr (decoded, newline stripped).
     """
@@ -247,6 +269,9 @@ class ProcessSet:
 
     Entering installs handlers for ``SIGCHLD`` and :data:`STOP_SIGNALS` (main thread only; elsewhere
     exits are polled); leaving restores them and kills whatever is still running.
+
+    ``find_unresponsive()`` returns the ranks the job's monitors declared not responding (rank:
+    why, first declared first); it must not raise.
     """
 
     def __init__(
@@ -260,6 +285,7 @@ class ProcessSet:
         keep_going: bool = False,
         on_dump: Callable[[], None] | None = None,
         on_failure: Callable[[RankExit], None] | None = None,
+        find_unresponsive: Callable[[], Mapping[int, str]] | None = None,
     ) -> None:
         if grace < 0:
             raise ValueError(f"grace={grace!r} must be >= 0")
@@ -274,6 +300,9 @@ class ProcessSet:
         self._tails: dict[int, deque[bytes]] = {}
         self._exits: dict[int, RankExit] = {}
         self._root: RankExit | None = None
+        self._root_rank: int | None = None  # set first; _root once that rank is reaped
+        self._unresponsive: dict[int, str] = {}
+        self._next_look: float | None = None
         self._suspect: RankExit | None = None
         self._suspect_until: float | None = None
         self._interrupt: int | None = None
@@ -287,6 +316,7 @@ class ProcessSet:
         self._keep_going = keep_going
         self._on_dump = on_dump
         self._on_failure = on_failure
+        self._find_declared = find_unresponsive
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -372,7 +402,16 @@ class ProcessSet:
                 self._reap()
             now = time.monotonic()
             if self._suspect_until is not None and now >= self._suspect_until:
-                self._blame(self._suspect)
+                hung = self._find_unresponsive(stopped=True)
+                if hung:
+                    self._give_up(hung)
+                else:
+                    self._blame(self._suspect)
+            if (not self._live or not self._exits or self._interrupt is not None
+                    or (self._root_rank is not None and not self._keep_going)):
+                self._next_look = None  # nothing to look at, or the job is being stopped
+            elif self._next_look is None or now >= self._next_look:
+                self._look(now)
             if self._kill_at is not None and now >= self._kill_at:
                 self._kill_at = None
                 for r in list(self._live.values()):
@@ -386,7 +425,7 @@ class ProcessSet:
                 elif now >= drain_until:
                     break
             timeout = _POLL_SECONDS if self._wakeup else _POLL_SECONDS_NO_SIGNALS
-            for deadline in (self._suspect_until, self._kill_at, drain_until):
+            for deadline in (self._suspect_until, self._kill_at, drain_until, self._next_look):
                 if deadline is not None:
                     timeout = min(timeout, deadline - now)
             events = self._sel.select(max(timeout, 0.0))
@@ -434,6 +473,8 @@ class ProcessSet:
     def _signal_rank(self, r: _Rank, sig: int) -> None:
         r.stopped = True
         kill_group(r.popen.pid, sig)
+        if sig != signal.SIGKILL and process_state(r.popen.pid) == "T":
+            kill_group(r.popen.pid, signal.SIGCONT)  # a stopped process takes no other signal
 
     def _handle_signals(self) -> None:
         while self._pending:
@@ -449,6 +490,7 @@ class ProcessSet:
             if self._interrupt is None:
                 if self._suspect is not None:  # that failure came first: it stays the cause
                     self._root = self._suspect
+                    self._root_rank = self._suspect.rank
                     self._suspect = self._suspect_until = None
                 self._interrupt = sig
                 self._stop_all(sig)
@@ -473,17 +515,24 @@ class ProcessSet:
                 kill_group(pid, signal.SIGKILL)  # before reaping: the zombie pins the group id
                 r.popen.wait()
             del self._live[r.rank]
-            fresh.append(self._record(r))
             for fd in [fd for fd, p in self._pipes.items() if p.rank == r.rank]:
-                self._read(fd, until_empty=True)
+                self._read(fd, until_empty=True)  # all of its stderr, to tell a secondary failure
+            fresh.append(self._record(r))
         if self._on_failure is not None:
             for e in fresh:
                 if e.failed and not e.stopped:
                     self._on_failure(e)
-        if self._root is None and self._interrupt is None:
+        if fresh:
+            self._next_look = None  # look at those left at once
+        if self._root_rank is None and self._interrupt is None:
             causes = [e for e in fresh if e.failed and not e.stopped]
-            primary = [e for e in causes if not _is_secondary(self._tails[e.rank])]
-            if primary:
+            primary = [e for e in causes if not e.secondary]
+            # A rank declared unresponsive before this failure was seen came first; a stopped
+            # one explains a failure caused by a peer.
+            hung = self._find_unresponsive(stopped=not primary) if causes else {}
+            if hung:
+                self._give_up(hung)
+            elif primary:
                 self._blame(primary[0])
             elif causes and self._suspect is None:
                 # It failed because a peer did; that peer's own exit may still be under way
@@ -495,16 +544,59 @@ class ProcessSet:
         """Make ``exit_`` the root cause (if there is none yet) and stop the rest."""
         self._suspect = None
         self._suspect_until = None
-        if exit_ is not None and self._root is None:
+        if exit_ is not None and self._root_rank is None:
             self._root = exit_
+            self._root_rank = exit_.rank
+            if not self._keep_going:
+                self._stop_all(signal.SIGTERM)
+
+    def _find_unresponsive(self, stopped: bool) -> dict[int, str]:
+        """Running ranks that stopped responding, with why, first found first: those the
+        monitors declared and, with ``stopped``, those whose process is stopped."""
+        declared = self._find_declared() if self._find_declared is not None else {}
+        found: dict[int, str] = {}
+        for rank, why in declared.items():
+            r = self._live.get(rank)
+            state = None if r is None else process_state(r.popen.pid)
+            if r is None or state in ("Z", "X"):  # gone, or exiting: its exit tells
+                continue
+            found[rank] = why + ("; its process is stopped" if state == "T" else "")
+        if stopped:
+            for rank, r in sorted(self._live.items()):
+                if rank not in found and process_state(r.popen.pid) == "T":
+                    found[rank] = "its process is stopped (SIGSTOP or another stop signal)"
+        return found
+
+    def _look(self, now: float) -> None:
+        """Some ranks exited: if none of those still running responds, give up on them."""
+        self._next_look = now + LOOK_SECONDS
+        hung = self._find_unresponsive(stopped=True)
+        if hung and hung.keys() >= self._live.keys():
+            self._give_up(hung)
+
+    def _give_up(self, hung: Mapping[int, str]) -> None:
+        """The ranks in ``hung`` stopped responding: kill them (``SIGKILL``: a stopped process
+        takes no other signal); the first is the root cause if there is none yet."""
+        for rank, why in hung.items():
+            self._unresponsive.setdefault(rank, why)
+            r = self._live.get(rank)
+            if r is not None:
+                self._signal_rank(r, signal.SIGKILL)
+        if self._root_rank is None:
+            self._root_rank = next(iter(hung))
+            self._suspect = self._suspect_until = None
             if not self._keep_going:
                 self._stop_all(signal.SIGTERM)
 
     def _record(self, r: _Rank) -> RankExit:
         rc = r.popen.returncode
         assert rc is not None
-        e = RankExit(r.rank, r.popen.pid, rc, r.stopped)
+        secondary = rc != 0 and not r.stopped and _is_secondary(self._tails[r.rank])
+        e = RankExit(r.rank, r.popen.pid, rc, r.stopped, secondary,
+                     self._unresponsive.get(r.rank))
         self._exits[r.rank] = e
+        if r.rank == self._root_rank and self._root is None:
+            self._root = e
         return e
 
     def _read(self, fd: int, until_empty: bool = False) -> None:

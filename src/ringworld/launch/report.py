@@ -7,6 +7,14 @@ Example::
     ringworld: last 2 stderr lines of rank 2:
       | Traceback (most recent call last):
       | ValueError: bad input
+
+A rank that stopped responding is the cause, the ranks that failed on seeing it are not::
+
+    ringworld: job a1b2c3d4 failed: rank 1 (pid 4243) stopped responding: no heartbeat for 3.0 s
+    (liveness timeout 3 s; stopped, hung in native code, or cut off), found by rank 0; its
+    process is stopped
+    ringworld: other ranks: rank 2 stopped by ringworld; rank 0 exited with code 1 because of it
+    (peer failure)
 """
 
 from __future__ import annotations
@@ -50,9 +58,18 @@ def failure_report(result: JobResult, job_id: str, size: int, recovery: bool = F
     finished = [e for e in others if not e.stopped and not e.failed]
     failed = [e for e in others if not e.stopped and e.failed]
     if root is not None:
+        unresponsive = [e for e in stopped if e.unresponsive is not None]
+        stopped = [e for e in stopped if e.unresponsive is None]
         if stopped:
             groups.append(f"{_ranks(stopped)} stopped by ringworld")
-        groups.extend(f"rank {e.rank} {e.describe()}" for e in failed)
+        groups.extend(f"rank {e.rank} stopped responding" for e in unresponsive)
+        groups.extend(f"rank {e.rank} {e.describe()}" for e in failed if not e.secondary)
+        consequences: dict[str, list[RankExit]] = {}
+        for e in failed:
+            if e.secondary:
+                consequences.setdefault(e.describe(), []).append(e)
+        groups.extend(f"{_ranks(group)} {how} because of it (peer failure)"
+                      for how, group in consequences.items())
         if finished:
             groups.append(f"{_ranks(finished)} had finished")
         missing = size - len(result.exits)
@@ -73,10 +90,16 @@ def job_exit_code(result: JobResult) -> int:
     """The launcher's exit status: the root cause's, else 128 + the interrupting signal, else 0.
 
     A failure seen before the interrupt wins; otherwise an interrupted job exits 128 + signum (130
-    for Ctrl-C) even if every rank exited cleanly on receiving it.
+    for Ctrl-C) even if every rank exited cleanly on receiving it. A root cause that stopped
+    responding has no status of its own (the launcher killed it): the job exits with that of the
+    lowest rank that failed on its own (because of it, typically), else 1.
     """
-    if result.root_cause is not None:
-        return result.root_cause.exit_code
+    root = result.root_cause
+    if root is not None and root.unresponsive is not None:
+        return next((e.exit_code for e in result.exits
+                     if e.failed and not e.stopped and e.rank != root.rank), 1)
+    if root is not None:
+        return root.exit_code
     if result.interrupted_by is not None:
         return 128 + result.interrupted_by
     for e in result.exits:
@@ -88,13 +111,15 @@ def job_exit_code(result: JobResult) -> int:
 def recovery_exit_code(result: JobResult) -> int:
     """The exit status of a job run with ``--enable-recovery``: whether the survivors finished.
 
-    The lost ranks are the root cause and any rank killed by a signal the launcher did not send;
-    the others are survivors. Returns the first failing survivor's status, else 128 + the
-    interrupting signal, else 0 if any survivor finished, else the root cause's status.
+    The lost ranks are the root cause, the ranks that stopped responding (the launcher killed
+    them) and any rank killed by a signal the launcher did not send; the others are survivors.
+    Returns the first failing survivor's status, else 128 + the interrupting signal, else 0 if any
+    survivor finished, else the root cause's status (1 for one that stopped responding).
     """
     root = result.root_cause
     lost = {e.rank for e in result.exits
-            if e is root or (e.returncode < 0 and not e.stopped)}
+            if (root is not None and e.rank == root.rank) or e.unresponsive is not None
+            or (e.returncode < 0 and not e.stopped)}
     survivors = [e for e in result.exits if e.rank not in lost]
     for e in survivors:
         if e.failed:
@@ -103,4 +128,4 @@ def recovery_exit_code(result: JobResult) -> int:
         return 128 + result.interrupted_by
     if survivors or root is None:
         return 0
-    return root.exit_code
+    return 1 if root.unresponsive is not None else root.exit_code
