@@ -23,6 +23,8 @@ written by signal handlers (``SIGCHLD`` for exits; ``SIGINT``/``SIGTERM``/``SIGH
   exited), they are killed too, so a stopped rank never keeps a job alive.
 * With ``keep_going`` (``ringworld run --enable-recovery``) a failure is recorded but the other
   ranks run on, so programs that recover (``comm.shrink()``) can finish.
+* A :class:`~ringworld.launch.guardian.Guardian` kills what the ranks started should the launcher
+  itself be killed with ``SIGKILL`` (the parent-death signal only reaches the ranks).
 * ``SIGUSR1`` calls ``on_dump`` (the launcher prints what every rank is doing); ``on_failure``
   hears of every rank that fails on its own (the launcher tells the other ranks at once).
 """
@@ -51,6 +53,7 @@ from ringworld.launch._proc import (
     process_state,
     set_parent_death_signal,
 )
+from ringworld.launch.guardian import Guardian
 
 #: Signals that stop the job; they are forwarded to every rank.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -271,7 +274,8 @@ class ProcessSet:
     exits are polled); leaving restores them and kills whatever is still running.
 
     ``find_unresponsive()`` returns the ranks the job's monitors declared not responding (rank:
-    why, first declared first); it must not raise.
+    why, first declared first); it must not raise. ``guard`` starts a guardian process with the
+    first rank (see :mod:`ringworld.launch.guardian`).
     """
 
     def __init__(
@@ -286,6 +290,7 @@ class ProcessSet:
         on_dump: Callable[[], None] | None = None,
         on_failure: Callable[[RankExit], None] | None = None,
         find_unresponsive: Callable[[], Mapping[int, str]] | None = None,
+        guard: bool = True,
     ) -> None:
         if grace < 0:
             raise ValueError(f"grace={grace!r} must be >= 0")
@@ -317,6 +322,8 @@ class ProcessSet:
         self._on_dump = on_dump
         self._on_failure = on_failure
         self._find_declared = find_unresponsive
+        self._guard = guard
+        self._guardian: Guardian | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -350,6 +357,9 @@ class ProcessSet:
         Returns the pid. Raises ``OSError`` (e.g. ``FileNotFoundError``) if it cannot be started.
         Cost: one fork+exec.
         """
+        if self._guard and self._guardian is None:
+            self._guard = False  # one try
+            self._guardian = Guardian.start()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         parent = self._pid
@@ -372,6 +382,8 @@ class ProcessSet:
             raise
         os.close(out_w)
         os.close(err_w)
+        if self._guardian is not None:
+            self._guardian.watch(popen.pid)  # it leads its own session
         if stdin_data is not None and popen.stdin is not None:
             with contextlib.suppress(BrokenPipeError):  # it died at once: reaped as a failure
                 popen.stdin.write(stdin_data)  # a short line: fits the pipe, never blocks
@@ -455,9 +467,13 @@ class ProcessSet:
         """
         for r in list(self._live.values()):
             kill_group(r.popen.pid, signal.SIGKILL)
+            self._forget(r)
             r.popen.wait()
             self._record(r)
         self._live.clear()
+        if self._guardian is not None:
+            self._guardian.close()  # every rank is reaped: nothing for it to do
+            self._guardian = None
         self._close_pipes()
         self._restore_signals()
         self._sel.close()
@@ -475,6 +491,11 @@ class ProcessSet:
         kill_group(r.popen.pid, sig)
         if sig != signal.SIGKILL and process_state(r.popen.pid) == "T":
             kill_group(r.popen.pid, signal.SIGCONT)  # a stopped process takes no other signal
+
+    def _forget(self, r: _Rank) -> None:
+        """Before reaping ``r``: its session id may be reused once it is reaped."""
+        if self._guardian is not None:
+            self._guardian.forget(r.popen.pid)
 
     def _handle_signals(self) -> None:
         while self._pending:
@@ -509,10 +530,12 @@ class ProcessSet:
                 info = None
                 if r.popen.poll() is None:
                     continue
+                self._forget(r)
             else:
                 if info is None:
                     continue
                 kill_group(pid, signal.SIGKILL)  # before reaping: the zombie pins the group id
+                self._forget(r)
                 r.popen.wait()
             del self._live[r.rank]
             for fd in [fd for fd, p in self._pipes.items() if p.rank == r.rank]:
