@@ -3,9 +3,9 @@
 Ranks get ``PR_SET_PDEATHSIG=SIGKILL``, so they die with a launcher killed by ``SIGKILL``; the
 processes a rank started do not (they are not the launcher's children). The launcher normally
 kills each rank's process group itself, but a ``SIGKILL`` leaves it no chance. So the launcher
-starts this guardian, a small process of its own (``python -I -S`` running this file: standard
-library only, about 10 ms of start-up, overlapping the ranks'), in a session of its own so that
-whatever takes down the launcher's process group spares it. They share one pipe::
+starts this guardian, a small process of its own (``python -I -S`` running this file: a few
+standard modules, about 10 ms of start-up, overlapping the ranks'), in a session of its own so
+that whatever takes down the launcher's process group spares it. They share one pipe::
 
     launcher                         guardian (blocked in read(2): costs nothing while the job runs)
       +<sid>\\n   rank started, leading session <sid>      -> remember it
@@ -34,11 +34,12 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterable
-from typing import IO, TYPE_CHECKING
 
+TYPE_CHECKING = False  # typing's own costs the guardian's start-up 5 ms; mypy knows this one
 if TYPE_CHECKING:
     import subprocess
+    from collections.abc import Iterable
+    from typing import IO
 
 #: How many times the guardian looks for and kills what is left, :data:`ROUND_SECONDS` apart.
 KILL_ROUNDS = 50
@@ -103,7 +104,7 @@ def serve(fd: int) -> None:
         for line in lines:
             if line == _DONE:
                 return
-            with contextlib.suppress(ValueError):
+            with contextlib.suppress(ValueError):  # not from the launcher: ignored
                 if line.startswith(b"+"):
                     sessions.add(int(line[1:]))
                 elif line.startswith(b"-"):
@@ -185,12 +186,13 @@ class Guardian:
 
     def _drop(self) -> None:
         """Go on without the guardian: killed first, so it never acts on stale sessions."""
-        with contextlib.suppress(OSError):
-            self._proc.kill()
         import subprocess
 
-        with contextlib.suppress(subprocess.TimeoutExpired):
+        try:
+            self._proc.kill()
             self._proc.wait(EXIT_SECONDS)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
