@@ -20,7 +20,14 @@ from ringworld import config as _config
 from ringworld.collective.communicator import Communicator
 from ringworld.comm.engine import WORLD_CONTEXT, Engine, usable_cpus
 from ringworld.comm.monitor import Monitor
-from ringworld.errors import BootstrapError, ConfigError, PeerFailure, RingworldError, StoreError
+from ringworld.errors import (
+    BootstrapError,
+    ConfigError,
+    MismatchError,
+    PeerFailure,
+    RingworldError,
+    StoreError,
+)
 from ringworld.store.base import Store
 from ringworld.transport.base import Transport
 from ringworld.tuning import constants
@@ -177,7 +184,7 @@ def init(*, transport: str | None = None, timeout: float | None = None,
             raise ValueError(f"timeout={timeout!r} must be positive or None")
         if _config.backend_from_env(backend) == "mpi":
             _world = _init_mpi(timeout)
-            atexit.register(finalize)
+            atexit.register(_finalize_at_exit)
             return _world
         cfg = _config.from_env()
         kind = transport or cfg.transport
@@ -212,7 +219,7 @@ def init(*, transport: str | None = None, timeout: float | None = None,
         _world = Communicator(engine, range(cfg.size), WORLD_CONTEXT, "world", selector, kind)
         if cfg.trace:
             _start_trace(cfg)
-        atexit.register(finalize)
+        atexit.register(_finalize_at_exit)
         return _world
 
 
@@ -363,9 +370,16 @@ def finalize() -> None:
 
     Messages this rank sent eagerly stay readable by their receivers after it exits; a rank
     that still waits for this one gets a PeerFailure instead of hanging.
+
+    Raises:
+        MismatchError: a collective message arrived that no call of this rank took (ranks
+            disagreed on a call that left none of them waiting); everything is closed first.
     """
     global _world, _engine, _store, _finalized, _monitor
+    problem = None
     with _lock:
+        if _engine is not None and not _finalized:
+            problem = _engine.exit_check()
         if _world is not None:
             _stop_trace()
         if _monitor is not None:
@@ -380,6 +394,20 @@ def finalize() -> None:
         _stop_serving()
         _world = _engine = _store = None
         _finalized = True
+    if problem is not None:
+        raise MismatchError(problem)
+
+
+def _finalize_at_exit() -> None:
+    """:func:`finalize` at interpreter exit: a mismatch it finds makes the exit status 1 (the
+    program's results may be wrong on some rank), with the mismatch on stderr."""
+    try:
+        finalize()
+    except MismatchError as exc:
+        sys.stdout.flush()
+        sys.stderr.write(f"ringworld: {exc}\n")
+        sys.stderr.flush()
+        os._exit(1)
 
 
 def _stop_trace() -> None:

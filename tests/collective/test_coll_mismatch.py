@@ -152,3 +152,32 @@ def test_ranks_that_each_think_they_are_the_root_fail(tmp_path: Path, transport:
         assert len(re.findall(call, seen[1])) == 2, out  # both calls shown
         if kind == "roots-large":  # sends waiting for a receiver fail in the call itself
             assert seen[0].startswith("mismatch:"), out
+
+
+LAST = """
+import numpy as np
+import ringworld
+
+comm = ringworld.init()
+comm.barrier()
+comm.bcast(np.full(8, comm.rank + 1.0), root=comm.rank, algorithm="binomial")  # both: root
+other = 1 - comm.rank
+comm.sendrecv_obj("after", other, other)  # the other's broadcast has arrived by now
+print(f"rank {comm.rank}: returned", flush=True)
+"""
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_a_disagreement_in_the_last_call_fails_the_job_at_exit(tmp_path: Path,
+                                                                transport: str) -> None:
+    """Both ranks think they are the root of a small broadcast, the job's last collective:
+    both only send and return. Exit finds the message nobody took: the job fails, showing
+    the mismatch, instead of ending well with a wrong result."""
+    prog = tmp_path / "prog.py"
+    prog.write_text(LAST)
+    r = subprocess.run([sys.executable, "-m", "ringworld", "run", "-n", "2", "--transport",
+                        transport, str(prog)], capture_output=True, text=True, timeout=100,
+                       check=False, stdin=subprocess.DEVNULL)
+    assert r.returncode != 0, r.stdout + r.stderr
+    assert "ringworld: collective mismatch on world, call #" in r.stderr, r.stdout + r.stderr
+    assert "root=0" in r.stderr and "root=1" in r.stderr, r.stdout + r.stderr  # both calls

@@ -140,6 +140,7 @@ class Engine:
         # mismatches found elsewhere: (context, seq, by, by's call, sender, sender's call)
         self.remote_mismatches: list[tuple[int, int, int, str, int, str | None]] = []
         self.mismatched: dict[int, tuple[int, str]] = {}  # context -> (broken call, why)
+        self.unsurfaced: dict[int, str] = {}  # ... found after this rank's calls in it ended
         # collective calls another rank left with an error: (context, seq, by, why) found by
         # the monitor, and (context, seq) -> the error once taken in (see fail_left)
         self.remote_left: list[tuple[int, int, int, str, str]] = []
@@ -445,6 +446,7 @@ class Engine:
             self.fail_call(*self.remote_mismatches.pop())
         broken = self.mismatched.get(context)
         if broken is not None and (seq is None or broken[0] <= seq):
+            self.unsurfaced.pop(context, None)
             raise MismatchError(broken[1] if seq is None or seq == broken[0]
                                 else f"{broken[1]} (this rank in call #{seq})")
 
@@ -502,6 +504,8 @@ class Engine:
         text = (f"collective mismatch on {name}, call #{seq}: world rank {by} called {by_call},"
                 f" but world rank {sender} called {sender_call or 'another call'}")
         self.mismatched.setdefault(context, (seq, text))
+        if not failed:  # no call of this rank waits in it: the next one raises, or exit does
+            self.unsurfaced.setdefault(context, text)
         if failed:
             posted[:] = [r for r in posted if r not in failed]
         for r in failed:
@@ -977,6 +981,31 @@ class Engine:
         if self.broken is not None:
             b = self.broken
             raise CommBroken(f"the communicator failed earlier: {b}") from b
+
+    def exit_check(self) -> str | None:
+        """At exit: a collective message that arrived for a call this rank finished without
+        taking it (a disagreement that left no rank waiting, such as two ranks that both
+        broadcast as the root), described; None if there is none. Best effort: it looks at
+        what has arrived by now. Cost: one poll of the transports."""
+        with contextlib.suppress(RingworldError):
+            self.progress()
+        for text in self.unsurfaced.values():
+            return text
+        for context, queue in self.unexpected.items():
+            if context in self.mismatched:
+                continue  # reported already
+            current = self.entered.get(context)
+            given_up = self.open_calls.get(context, set())
+            for m in queue:
+                seq = m.tag & SEQ_MASK
+                if m.tag <= SEQ_MASK or seq in given_up or current is None or seq > current:
+                    continue
+                name = self.comm_names.get(context, f"context {context}")
+                theirs = self.signatures.get(m.tag >> SIG_SHIFT, "another call")
+                return (f"collective mismatch on {name}, call #{seq}: world rank {m.source} "
+                        f"called {theirs}, and its message was never taken here (this rank "
+                        f"made another call, or the same with other arguments)")
+        return None
 
     def close(self) -> None:
         """Close every transport; idempotent."""
