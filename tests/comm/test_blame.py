@@ -79,4 +79,4 @@ def test_a_rank_that_died_of_another_failure_points_to_it(tmp_path: Path,
     m = re.search(r"rank 1: names rank (\d): (.*)", r.stdout)
     assert m, r.stdout + r.stderr
     assert m.group(1) == "2", r.stdout  # the first failure, not rank 0 that died of it
-    assert "rank 0, which this rank waited for" in m.group(2), r.stdout
+    assert "rank 0, which this rank needed for" in m.group(2), r.stdout

@@ -427,17 +427,36 @@ class Arena:
                     break
         # every sync checks that every rank reached it in this same call, made alike: a rank
         # that left an earlier call with an error reaches the same sync count in a later one
+        # (one pass of word reads here; the analysis only where one differs)
+        seq = self._seq
+        sq = SEQ_WORD + (e & 1)
+        sig = self._sig
+        # (a rank that left a call with an error arrives at no sync after it: see begin)
+        if sig is None:
+            for c in self._ctr:
+                if c[sq] != seq or c[REFUSED] == seq + 1:
+                    self._out_of_step(e, sig)
+            return
+        at = 8 + 2 * (e & 1)
+        size = sig[0]
+        word = sig[1] | self._bhash << 32
+        for c in self._ctr:
+            if c[at] != size or c[at + 1] != word or c[sq] != seq or c[REFUSED] == seq + 1:
+                self._out_of_step(e, sig)
+
+    def _out_of_step(self, e: int, sig: tuple[int, int, str] | None) -> None:
+        """Why the ranks' words at sync ``e`` differ from this rank's (see :meth:`await_all`):
+        raise the error, or return if nothing is wrong after all (this rank's own refusal)."""
         seq = self._seq
         sq = SEQ_WORD + (e & 1)
         for i, c in enumerate(self._ctr):
-            if c[FAILED]:
+            if c[FAILED] and c[sq] != seq:  # then name the first failure
                 self._check_failed()
             if c[REFUSED] == seq + 1 > 0 and i != self.comm.rank and c[sq] == seq:
                 refused = TypeError if c[REFUSED_KIND] == 2 else ValueError
                 bad = refused(self._read_text(i))
                 setattr(bad, "in_step", True)  # noqa: B010 (see abandon)
                 raise bad
-        sig = self._sig
         if sig is not None:
             at = 8 + 2 * (e & 1)
             word = sig[1] | self._bhash << 32
@@ -533,7 +552,7 @@ class Arena:
 
                 self._eager_wait(stamped, lambda: [root], f"rank {root}'s broadcast {s}")
             got = src[word]
-            if got != stamp or src[FAILED]:
+            if got != stamp:
                 self._check_failed()
                 if got >> 32 != want:
                     raise MismatchError(
@@ -574,8 +593,8 @@ class Arena:
                     what: str) -> None:
         ranks = self.comm.world_ranks
         self.comm.spin_until(cond, self.timeout, lambda: f"{self.what}, waiting for {what}",
-                             lambda: [ranks[i] for i in missing()], self._check_failed)
-        self._check_failed()  # the condition may have come true by a later call's doing
+                             lambda: [ranks[i] for i in missing()],
+                             partial(self._check_failed, cond))
 
     # ------------------------------------------------------------ calls left with an error
     def abandon(self, exc: BaseException) -> None:
@@ -608,13 +627,18 @@ class Arena:
             self.comm.note_broken_sequence(self._seq, text.removeprefix("MismatchError: "))
         self.comm.wake_peers()
 
-    def _check_failed(self) -> None:
+    def _check_failed(self, cond: Callable[[], bool] | None = None) -> None:
         """Raise if a rank has left a call (see :meth:`abandon`), or the communicator's
-        collective sequence broke elsewhere (a rank on the message path found a mismatch)."""
+        collective sequence broke elsewhere (a rank on the message path found a mismatch).
+        ``cond``: what a wait waits for; if it holds after all (the rank did its part here,
+        then left), nothing is wrong here. A rank that left makes no later call on these
+        windows, so nothing it does after can make ``cond`` hold."""
         failed = [i for i, c in enumerate(self._ctr) if c[FAILED] and i != self.comm.rank]
         if not failed:
             if self._seq >= 0:
                 self.comm.check_sequence(self._seq, self._sig)
+            return
+        if cond is not None and cond():
             return
         # the rank whose own failure it was, if one says so; else the first to tell
         ranks = self.comm.world_ranks
@@ -684,12 +708,7 @@ class Arena:
             the call (see :meth:`abandon`).
         """
         self.comm.spin_until(cond, self.timeout, lambda: f"{self.what}, waiting for {what}",
-                             missing, self._check_failed)
-        self._check_failed()  # the condition may have come true by a later call's doing
-
-    def peer_failed(self, rank: int) -> bool:
-        """Whether ``rank`` has left a call with an error (see :meth:`abandon`)."""
-        return bool(self._ctr[rank][FAILED])
+                             missing, partial(self._check_failed, cond))
 
     def _wait(self, e: int) -> None:
         ctr = self._ctr
@@ -706,7 +725,8 @@ class Arena:
             who = [i for i, c in enumerate(ctr) if c[0] < e]
             return f"{self.what}, shared-memory sync {e}, waiting for rank(s) {who}"
 
-        self.comm.spin_until(arrived, self.timeout, describe, missing, self._check_failed)
+        self.comm.spin_until(arrived, self.timeout, describe, missing,
+                             partial(self._check_failed, arrived))
 
 
 def _peer_left(how: int, first: int, text: str, what: str, seq: int) -> CommError:
@@ -1065,7 +1085,7 @@ def _stream(a: Arena, produce: Array | None, producers: Sequence[int],
             a.comm.wake_peers()
         for j in sources:
             src = ctr[j]
-            if src[28] < g + 1 or src[FAILED]:
+            if src[28] < g + 1:
                 a.wait_for(partial(_produced, src, g + 1), partial(list, (ranks[j],)),
                            f"piece {i} of {pieces} from rank {j}")
             if i == 0 and src[30] != nbytes:

@@ -557,8 +557,7 @@ class Engine:
             self.deliver(inc)
             return SendHandle(True)
         if dest in self.dead:
-            cause = self.dead[dest]
-            raise PeerFailure(dest, f"{cause.detail}; cannot send to it") from cause
+            raise self.peer_failure(dest, "", "cannot send to it")
         try:
             return t.isend(dest, context, tag, flags, segments, nbytes)
         except PeerFailure as exc:
@@ -907,15 +906,17 @@ class Engine:
                 return  # the wait's requests failed with the reason: the caller raises it
             raise self.peer_failure(rank, describe())
 
-    def peer_failure(self, rank: int, waiting: str) -> PeerFailure:
+    def peer_failure(self, rank: int, waiting: str, doing: str = "") -> PeerFailure:
         """The error of a wait (``waiting``: what for) that cannot end as world rank ``rank``
-        has failed. Where ``rank`` left the job after another rank failed, that first failure
-        is named instead (the job's root cause); where it left on its own, whether it crashed
-        (an exception ended its program: shown) or finalized. Cost: a store round trip."""
+        has failed (``doing``: what this rank did instead of a wait, such as "cannot send to
+        it"). Where ``rank`` left the job after another rank failed, that first failure is
+        named instead (the job's root cause); where it left on its own, whether it crashed (an
+        exception ended its program: shown) or finalized. Cost: a store round trip."""
         cause = self.dead[rank]
+        where = doing or f"while waiting for {waiting}"
         info = None if self.ft is None else self.ft.exit_info(rank)
         if info is None:  # (not chained to the transport's error: its text is all in here)
-            return PeerFailure(rank, f"{cause.detail}; while waiting for {waiting}")
+            return PeerFailure(rank, f"{cause.detail}; {where}")
         first = next((r for r in self.failure_order if r != rank and r in self.reported), None)
         crashed = info.get("crashed")
         peer = info.get("failed_peer")
@@ -924,15 +925,13 @@ class Engine:
         if first is not None and first != self.rank:
             root = self.dead.get(first)
             why = root.detail if root is not None else str(crashed or "failed")
-            return PeerFailure(first, f"{why}; rank {rank}, which this rank waited for in "
-                                      f"{waiting}, left the job after that")
+            return PeerFailure(first, f"{why}; rank {rank}, which this rank needed for "
+                                      f"{waiting or 'a send'}, left the job after that")
         if crashed:
-            return PeerFailure(rank, f"{cause.detail}; while waiting for {waiting} (rank {rank} "
-                                     f"crashed: {crashed})")
-        return PeerFailure(rank, f"{cause.detail}; while waiting for {waiting} (rank {rank} had "
-                                 "already left the job: it finalized or its program ended, so it "
-                                 "will send nothing more; this rank waits for a message or call "
-                                 "it never made)")
+            return PeerFailure(rank, f"{cause.detail}; {where} (rank {rank} crashed: {crashed})")
+        return PeerFailure(rank, f"{cause.detail}; {where} (rank {rank} had already left the "
+                                 "job: it finalized or its program ended, so it will send nothing "
+                                 "more; this rank waits for a message or call it never made)")
 
     def explained(self, rank: int) -> bool:
         """Whether a record another rank published explains why this rank's wait on ``rank``,

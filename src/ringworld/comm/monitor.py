@@ -386,11 +386,8 @@ class Monitor:
         Raises:
             StoreError: the store is unreachable.
         """
-        store = self._require_store()
-        i = store.add(f"{_PREFIX}mismatch/count", 1)
-        store.set(f"{_PREFIX}mismatch/{i}", json.dumps(
-            {"context": context, "seq": seq, "by": self.rank, "by_call": mine,
-             "sender": sender, "sender_call": sender_call}).encode())
+        self._publish_record({"context": context, "seq": seq, "by": self.rank, "by_call": mine,
+                              "sender": sender, "sender_call": sender_call})
 
     def publish_left(self, context: int, seq: int, text: str, kind: str = "") -> None:
         """Tell the other ranks that this rank left its call ``seq`` on ``context`` with an
@@ -400,11 +397,14 @@ class Monitor:
         Raises:
             StoreError: the store is unreachable.
         """
+        self._publish_record({"context": context, "seq": seq, "by": self.rank, "left": text,
+                              "kind": kind})
+
+    def _publish_record(self, record: dict[str, Any]) -> None:
+        """Append ``record`` to the job's records of broken calls (mismatches, calls left)."""
         store = self._require_store()
         i = store.add(f"{_PREFIX}mismatch/count", 1)
-        store.set(f"{_PREFIX}mismatch/{i}", json.dumps(
-            {"context": context, "seq": seq, "by": self.rank, "left": text,
-             "kind": kind}).encode())
+        store.set(f"{_PREFIX}mismatch/{i}", json.dumps(record).encode())
 
     def has_exited(self, rank: int) -> bool:
         """Whether ``rank`` told the job it left (finalize, also run at exit). False when

@@ -475,21 +475,20 @@ class Comm(Collectives):
 
     def Isend(self, buf: Any, dest: int, tag: int = 0) -> Request:
         """Start sending a buffer spec; keep the buffer unchanged until the request completes."""
-        if dest == PROC_NULL and buf is None:
-            return Request._completed(EMPTY_DONE)
-        message = send_message(buf, "Isend(buf)")
-        if dest == PROC_NULL:
-            return Request._completed(EMPTY_DONE)
-        return Request._wrap(self._native.isend(message.view, dest, tag), _Kind.SEND)
+        return self._start_send(buf, dest, tag, "Isend", self._native.isend)
 
     def Issend(self, buf: Any, dest: int, tag: int = 0) -> Request:
         """Start a synchronous send of a buffer spec: done once the receive matched it."""
+        return self._start_send(buf, dest, tag, "Issend", self._native.issend)
+
+    def _start_send(self, buf: Any, dest: int, tag: int, name: str,
+                    start: Callable[[Any, int, int], Any]) -> Request:
         if dest == PROC_NULL and buf is None:
             return Request._completed(EMPTY_DONE)
-        message = send_message(buf, "Issend(buf)")
+        message = send_message(buf, f"{name}(buf)")
         if dest == PROC_NULL:
             return Request._completed(EMPTY_DONE)
-        return Request._wrap(self._native.issend(message.view, dest, tag), _Kind.SEND)
+        return Request._wrap(start(message.view, dest, tag), _Kind.SEND)
 
     Ibsend = Isend
     Irsend = Isend
