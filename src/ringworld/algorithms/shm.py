@@ -149,7 +149,7 @@ FAILED = 4  # header word: 1 + the number of the call it left (0: none)
 # header word: how (1: a mismatch, 2: another error, 3: a peer failed) | (1 + first rank) << 8
 FAILED_FROM = 5
 FAILED_TEXT = 40  # header words 40 ..: the first failure's text (utf-8, FAILED_TEXT_BYTES)
-REFUSED = 6  # header word: 1 + the number of the call this rank, its root, refused (see refuse)
+REFUSED = 1 << 62  # in a sync's call-number word: this rank, the root, refuses the call
 REFUSED_KIND = 7  # header word: 1 ValueError, 2 TypeError (the refusal's text at FAILED_TEXT)
 FAILED_TEXT_BYTES = 192
 SEQ_MASK = 0x7FFFFFFF
@@ -434,25 +434,25 @@ class Arena:
         # (a rank that left a call with an error arrives at no sync after it: see begin)
         if sig is None:
             for c in self._ctr:
-                if c[sq] != seq or c[REFUSED] == seq + 1:
+                if c[sq] != seq:
                     self._out_of_step(e, sig)
             return
         at = 8 + 2 * (e & 1)
         size = sig[0]
         word = sig[1] | self._bhash << 32
         for c in self._ctr:
-            if c[at] != size or c[at + 1] != word or c[sq] != seq or c[REFUSED] == seq + 1:
+            if c[at] != size or c[at + 1] != word or c[sq] != seq:
                 self._out_of_step(e, sig)
 
     def _out_of_step(self, e: int, sig: tuple[int, int, str] | None) -> None:
         """Why the ranks' words at sync ``e`` differ from this rank's (see :meth:`await_all`):
         raise the error, or return if nothing is wrong after all (this rank's own refusal)."""
-        seq = self._seq
+        seq = self._seq & ~REFUSED  # (set while this rank refuses the call)
         sq = SEQ_WORD + (e & 1)
         for i, c in enumerate(self._ctr):
-            if c[FAILED] and c[sq] != seq:  # then name the first failure
+            if c[FAILED] and c[sq] & ~REFUSED != seq:  # then name the first failure
                 self._check_failed()
-            if c[REFUSED] == seq + 1 > 0 and i != self.comm.rank and c[sq] == seq:
+            if c[sq] == seq | REFUSED and i != self.comm.rank:
                 refused = TypeError if c[REFUSED_KIND] == 2 else ValueError
                 bad = refused(self._read_text(i))
                 setattr(bad, "in_step", True)  # noqa: B010 (see abandon)
@@ -479,13 +479,13 @@ class Arena:
                         f"{sig[0]} bytes); per rank (bytes, call signature): "
                         + ", ".join(f"rank {i}: ({b}, {k & 0xFFFFFFFF:08x})"
                                     for i, (b, k) in enumerate(seen)))
-                    if all(c[sq] == seq for c in self._ctr):
+                    if all(c[sq] & ~REFUSED == seq for c in self._ctr):
                         # every rank reads the same words here, so every rank raises at this
                         # same sync, in the same call: the windows stay in step and usable
                         setattr(exc, "in_step", True)  # noqa: B010 (no such field in the class)
                     raise exc
         for c in self._ctr:
-            if c[sq] != seq:
+            if c[sq] & ~REFUSED != seq:
                 raise MismatchError(
                     f"{self.what}: ranks reached this sync in different calls (one left a "
                     f"call or made one more); per rank, its call number: "
@@ -678,8 +678,15 @@ class Arena:
         """
         self._write_text(text)
         self._mine[REFUSED_KIND] = 2 if kind is TypeError else 1
-        self._mine[REFUSED] = self._seq + 1
-        self.sync()
+        seq = self._seq
+        self._seq = seq | REFUSED  # what this sync's call-number word says
+        try:
+            self.sync()
+        except BaseException as exc:
+            self._seq = seq
+            self.abandon(exc)
+            raise
+        self._seq = seq
 
     def _describe(self) -> tuple[int, str] | None:
         """The call in progress, for the monitor: (its number, its signature text)."""
