@@ -150,6 +150,33 @@ def test_a_rank_that_loses_the_job_store_raises_instead_of_waiting(tmp_path: Pat
     assert float(m.group(1)) < LIVENESS + 10, r.stdout
 
 
+def test_a_stopped_rank_is_found_after_its_watchers_finished(tmp_path: Path) -> None:
+    """Rank 2 stops; the ranks that watch its heartbeats (1, 0 and 4 of 5) finish and leave.
+    Rank 3, waiting for rank 2, must still learn of it: those left watch those left."""
+    body = """
+    import os, signal, time
+    import numpy as np
+    import ringworld
+
+    comm = ringworld.init()
+    comm.barrier()
+    if comm.rank == 2:
+        os.kill(os.getpid(), signal.SIGSTOP)
+    elif comm.rank == 3:
+        start = time.monotonic()
+        try:
+            comm.recv(np.empty(4), 2)  # no timeout
+        except ringworld.PeerFailure as exc:
+            print(f"rank 3 after {time.monotonic() - start:.1f} s: rank {exc.rank}: {exc}",
+                  flush=True)
+    """
+    r = _run(tmp_path, body, 5, "shm")
+    m = re.search(r"rank 3 after ([\d.]+) s: rank (\d): (.*)", r.stdout)
+    assert m, r.stdout + r.stderr
+    assert m.group(2) == "2" and "not responding" in m.group(3), r.stdout
+    assert float(m.group(1)) < LIVENESS + 10, r.stdout
+
+
 def test_a_rank_that_finished_is_not_a_failure(tmp_path: Path) -> None:
     body = """
     import time

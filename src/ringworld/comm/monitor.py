@@ -91,6 +91,7 @@ class Monitor:
         self._seen_revocations = 0
         self._seen_mismatches = 0
         self._declared: set[int] = set()
+        self._gone: set[int] = set()  # ranks seen to have left the job (finished)
         self._history: deque[tuple[float, str]] = deque(maxlen=HISTORY)
         self._compare_after = self.interval  # seconds of a wait before comparing calls
         self._collecting = threading.Lock()  # _collect runs on the thread or in collect_now
@@ -138,7 +139,13 @@ class Monitor:
 
     # ------------------------------------------------------------------ thread
     def _watched(self) -> list[int]:
-        return [(self.rank + k) % self.size for k in range(1, min(WATCHERS, self.size - 1) + 1)]
+        """The next WATCHERS ranks in rank order that are still in the job: a rank that has
+        exited, failed or been declared is passed over, so a rank whose watchers have all
+        finished is still watched by those left (a stopped rank among finished ones was found
+        by nobody)."""
+        gone = self._gone | self._declared | set(self.engine.dead)
+        ring = [(self.rank + k) % self.size for k in range(1, self.size)]
+        return [r for r in ring if r not in gone][:WATCHERS]
 
     def _state(self) -> dict[str, Any]:
         e = self.engine
@@ -282,17 +289,20 @@ class Monitor:
                 self._compare_calls(store, self._beat(store))
                 self._vouch(store, vouched, now)
                 for r in watched:
-                    if r in self._declared or r in self.engine.dead:
+                    if r in self._declared or r in self.engine.dead or r in self._gone:
                         continue
                     count = store.add(_beat_key(r), 0)
                     seen = last.get(r)
                     if seen is None or seen[0] != count:
                         last[r] = (count, now)
-                    elif now - seen[1] > self.liveness and not self._exited(store, r):
+                    elif now - seen[1] >= 2 * self.interval and self._exited(store, r):
+                        self._gone.add(r)  # it finished: watch the next rank instead
+                    elif now - seen[1] > self.liveness:
                         if r in local and self._alive_here(store, r):
                             last[r] = (count, now)  # busy, not failed (see _vouch)
                             continue
                         self._declare(store, r, now - seen[1])
+                watched = self._watched()
         except RingworldError as exc:
             if not self._stop.is_set():
                 # the store does not answer: this rank is cut off, or the launcher is gone;
