@@ -1,6 +1,6 @@
 """Mismatch detection on the message path: ranks that disagree on a collective call (which
 collective, count, dtype, op, root) all get a MismatchError showing the disagreeing calls,
-instead of a hang or garbage. (The shared-memory path checks the same at its first sync.)"""
+instead of a hang or garbage. (The shared-memory path checks the same at every sync.)"""
 
 from __future__ import annotations
 

@@ -116,7 +116,7 @@ class Communicator(ObjectCollectives):
         """This communicator's shared-memory arena (mapped on first use: collective).
 
         ``nbytes`` and ``kind`` (dtype, op, root...) are checked against every rank's at the
-        first sync: a disagreement raises MismatchError on every rank instead of corrupting.
+        syncs: a disagreement raises MismatchError on every rank instead of corrupting.
         ``sig``: their :meth:`Arena.signature`, when the caller kept it from an earlier call.
         """
         if timeout is not None:
