@@ -144,8 +144,11 @@ class Monitor:
         finished is still watched by those left (a stopped rank among finished ones was found
         by nobody)."""
         gone = self._gone | self._declared | set(self.engine.dead)
-        ring = [(self.rank + k) % self.size for k in range(1, self.size)]
-        return [r for r in ring if r not in gone][:WATCHERS]
+        return [r for r in self._ring() if r not in gone][:WATCHERS]
+
+    def _ring(self) -> list[int]:
+        """The other ranks in rank order, starting after this one."""
+        return [(self.rank + k) % self.size for k in range(1, self.size)]
 
     def _state(self) -> dict[str, Any]:
         e = self.engine
@@ -232,9 +235,9 @@ class Monitor:
     def _neighbours(self) -> list[int]:
         """The ranks on this rank's host that it vouches for: the next few in rank order."""
         hosts = self.engine.hosts
-        mine = hosts[self.rank] if len(hosts) == self.size else None
-        local = [(self.rank + k) % self.size for k in range(1, self.size)]
-        return [r for r in local if hosts[r] == mine][:WATCHERS] if mine is not None else []
+        if len(hosts) != self.size:
+            return []
+        return [r for r in self._ring() if hosts[r] == hosts[self.rank]][:WATCHERS]
 
     def _alive_here(self, store: Store, rank: int) -> bool | None:
         """Whether ``rank``'s process, on this host, exists and is not stopped (None: cannot
@@ -252,56 +255,52 @@ class Monitor:
             return False  # gone (or another process with its pid)
         return got[0] not in "TtZX"  # stopped, traced, zombie or dead
 
-    def _vouch(self, store: Store, last: dict[int, tuple[int, float]], now: float) -> None:
-        """Beat for ranks on this host whose own beats have stopped while their process runs:
-        a rank inside one long call that holds the GIL (its monitor thread cannot run) is busy,
-        not failed. A stopped process gets no beats, nor does one on a host cut off (this rank
-        cannot reach the store either). Cost: a store read and a /proc read per neighbour."""
-        for r in self._neighbours():
-            if r in self._declared or r in self.engine.dead:
-                continue
-            count = store.add(_beat_key(r), 0)
-            seen = last.get(r)
-            if seen is None or seen[0] != count:
-                last[r] = (count, now)
-            elif now - seen[1] >= 2 * self.interval and self._alive_here(store, r):
-                last[r] = (store.add(_beat_key(r), 1), now)
+    def _silence(self, store: Store, last: dict[int, tuple[int, float]], rank: int,
+                 now: float) -> float:
+        """Seconds since ``rank``'s heartbeat counter last moved (0 if it just did); ``last``
+        keeps (counter, when seen moving) per rank. Cost: one store round trip."""
+        count = store.add(_beat_key(rank), 0)
+        seen = last.get(rank)
+        if seen is None or seen[0] != count:
+            last[rank] = (count, now)
+            return 0.0
+        return now - seen[1]
 
     def _run(self) -> None:
         store = self._store
         assert store is not None
         watched = self._watched()
-        local = set(self._neighbours())
+        # the ranks on this host it beats for when their beats stop while their process runs:
+        # a rank inside one long call that holds the GIL (its monitor thread cannot run) is
+        # busy, not failed; a stopped process gets no beats, nor does one on a host cut off
+        # (this rank cannot reach the store either)
+        local = self._neighbours()
         last: dict[int, tuple[int, float]] = {}
-        vouched: dict[int, tuple[int, float]] = {}
         prev = next_beat = time.monotonic()
         try:
             while not self._stop.wait(min(TICK, self.interval)):
                 now = time.monotonic()
                 if now - prev > self.liveness / 2:
                     last.clear()  # this rank itself was stopped: nobody's silence counts
-                    vouched.clear()
                 prev = now
                 self._collect(store)
                 if now < next_beat:
                     continue
                 next_beat = now + self.interval
                 self._compare_calls(store, self._beat(store))
-                self._vouch(store, vouched, now)
-                for r in watched:
+                for r in dict.fromkeys([*local, *watched]):  # each rank looked at once
                     if r in self._declared or r in self.engine.dead or r in self._gone:
                         continue
-                    count = store.add(_beat_key(r), 0)
-                    seen = last.get(r)
-                    if seen is None or seen[0] != count:
-                        last[r] = (count, now)
-                    elif now - seen[1] >= 2 * self.interval and self._exited(store, r):
+                    silent = self._silence(store, last, r, now)
+                    if (r in local and silent >= 2 * self.interval
+                            and self._alive_here(store, r)):
+                        last[r] = (store.add(_beat_key(r), 1), now)  # busy: beat for it
+                    elif r not in watched:
+                        continue
+                    elif silent >= 2 * self.interval and self._exited(store, r):
                         self._gone.add(r)  # it finished: watch the next rank instead
-                    elif now - seen[1] > self.liveness:
-                        if r in local and self._alive_here(store, r):
-                            last[r] = (count, now)  # busy, not failed (see _vouch)
-                            continue
-                        self._declare(store, r, now - seen[1])
+                    elif silent > self.liveness:
+                        self._declare(store, r, silent)
                 watched = self._watched()
         except RingworldError as exc:
             if not self._stop.is_set():
