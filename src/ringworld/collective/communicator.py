@@ -199,10 +199,9 @@ class Communicator(ObjectCollectives):
         if found is None:
             text = (f"{collective}(algorithm={algo}, count={'per rank' if varying else spec.n},"
                     f" dtype={dtype}, op={key[5] or '-'}, root={spec.root})")
-            found = (zlib.crc32(text.encode()) & 0xFFFF) | 1
+            found = self._engine.sign(text)
             if len(_SIGNATURES) < 4096:
                 _SIGNATURES[key] = found
-            self._engine.signatures[found] = text
         return found
 
     def _again(self, coll: str, sb: Any, rb: Any, extra: Any) -> tuple[int, int, str] | None:
@@ -390,11 +389,11 @@ class Communicator(ObjectCollectives):
         if algo == "shm":
             root = self.rank
             a = self._shm("reduce", None, sb.nbytes, (sb.dtype, o.name, root))
-            a.refuse(self._refusal("reduce", a.what, exc), type(exc))
+            a.refuse(self._refusal(a.what, exc), type(exc))
             raise exc
         self._refuse("reduce", exc)
 
-    def _refusal(self, collective: str, what: str, exc: BaseException) -> str:
+    def _refusal(self, what: str, exc: BaseException) -> str:
         return (f"{what}: the root (world rank {self._ranks[self.rank]}) refused its "
                 f"arguments: {type(exc).__name__}: {exc}")
 
@@ -407,7 +406,7 @@ class Communicator(ObjectCollectives):
         seq = self.next_seq()
         e = self._engine
         e.refuse_call(self.coll_context, seq,
-                      self._refusal(collective, f"{collective} #{seq} on {self.name}", exc),
+                      self._refusal(f"{collective} #{seq} on {self.name}", exc),
                       type(exc).__name__)
         raise exc
 
@@ -452,7 +451,7 @@ class Communicator(ObjectCollectives):
             rb, sb = rb.reshape(-1), sb.reshape(-1)  # views: both are contiguous
         self.last_algorithm = "shm"
         a = self._shm("allreduce", timeout, sig=sig)
-        try:
+        try:  # _in_windows inline: the latency-critical path takes no extra call
             shm.allreduce(a, sb, rb, o)
         except BaseException as exc:
             a.abandon(exc)

@@ -11,7 +11,6 @@ gather, scatter, allgather and alltoall (values are usually small), a chain for 
 from __future__ import annotations
 
 import contextlib
-import zlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -88,8 +87,7 @@ class ObjectCollectives(P2PCommunicator):
         sig = _OBJ_SIGNATURES.get(key)
         if sig is None:
             text = f"{what}(root={root}, op={op or '-'})"
-            sig = _OBJ_SIGNATURES[key] = (zlib.crc32(text.encode()) & 0xFFFF) | 1
-            self._engine.signatures[sig] = text
+            sig = _OBJ_SIGNATURES[key] = self._engine.sign(text)
         tag = self.next_seq() | (sig << SIG_SHIFT)
         self._engine.note_call(self.coll_context, tag)
         return tag

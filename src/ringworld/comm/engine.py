@@ -345,7 +345,7 @@ class Engine:
             mark = (zlib.crc32(text.encode()) & 0xFFFF) | 1
             if len(self._marks) < 4096:
                 self._marks[text] = mark
-            self.signatures.setdefault(mark, text)
+            self.signatures[mark] = text
         return mark
 
     def note_call(self, context: int, tag: int) -> None:
@@ -988,8 +988,8 @@ class Engine:
         what has arrived by now. Cost: one poll of the transports."""
         with contextlib.suppress(RingworldError):
             self.progress()
-        for text in self.unsurfaced.values():
-            return text
+        if self.unsurfaced:
+            return next(iter(self.unsurfaced.values()))
         for context, queue in self.unexpected.items():
             if context in self.mismatched:
                 continue  # reported already
