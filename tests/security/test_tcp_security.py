@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from ringworld import auth
 from ringworld.errors import AuthenticationError, BootstrapError, PeerFailure
 from ringworld.store import MemoryStore
-from ringworld.transport import tcp
+from ringworld.transport import tcp, tcp_bootstrap
 from ringworld.transport.base import Incoming
 from ringworld.transport.tcp import HEADER, MAGIC, VERSION, TcpTransport
 
@@ -178,7 +178,7 @@ def test_malformed_or_truncated_frames_name_the_peer(bad: bytes, why: str) -> No
               st.sampled_from([VERSION, 1]), u32, st.sampled_from([4, 5, 1 << 31]),
               st.sampled_from([0, 1, 2]))))
 def test_hello_decoder_fuzz(raw: bytes) -> None:
-    mine = tcp._Hello(2, 4, 0)
+    mine = tcp_bootstrap._Hello(2, 4, 0)
     try:
         rank = mine.check(raw)
     except ConnectionError:
@@ -459,7 +459,7 @@ def test_strangers_at_the_bootstrap_listener_are_refused(attack: str) -> None:
 def test_idle_and_flooding_strangers_cannot_stall_the_bootstrap(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(tcp, "MAX_PENDING_HANDSHAKES", 16)
+    monkeypatch.setattr(tcp_bootstrap, "MAX_PENDING_HANDSHAKES", 16)
     store = MemoryStore()
     held: list[socket.socket] = []
 
@@ -482,7 +482,7 @@ def test_idle_and_flooding_strangers_cannot_stall_the_bootstrap(
 def test_an_idle_stranger_is_dropped_after_the_handshake_timeout(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(tcp, "HANDSHAKE_TIMEOUT", 0.5)
+    monkeypatch.setattr(tcp_bootstrap, "HANDSHAKE_TIMEOUT", 0.5)
     store = MemoryStore()
     box: list[TcpTransport | BaseException] = []
 
