@@ -20,8 +20,8 @@ from ringworld.store import (
     TCPStore,
     TCPStoreServer,
     store_barrier,
+    wire,
 )
-from ringworld.store import tcp as wire
 
 SECRET = b"conformance-secret-7f3a"
 
