@@ -253,11 +253,7 @@ def _accept_peers(
     try:
         while expected:
             now = time.monotonic()
-            while pending:
-                sock, item = next(iter(pending.items()))
-                if item.hs.deadline > now:
-                    break
-                reject(sock, f"no handshake within {HANDSHAKE_TIMEOUT} s")
+            _expire_pending(pending, reject, now)
             wait = None if deadline is None else deadline - now
             if wait is not None and wait <= 0:
                 why = f"; rejected: {'; '.join(rejected[-5:])}" if rejected else ""
@@ -273,40 +269,67 @@ def _accept_peers(
                     _accept_some(listener, secret, sel, pending, reject)
                     continue
                 assert isinstance(item, _Pending)
-                sock = item.hs.sock
-                if sock not in pending:
-                    continue
-                try:
-                    peer = item.advance(hello)
-                    if peer is not None and peer not in expected:
-                        raise ConnectionError(f"unexpected or duplicate rank {peer}")
-                except _OptionsMismatch as exc:
-                    with contextlib.suppress(OSError):
-                        sock.send(hello.pack())
-                    reject(sock, str(exc))
-                    continue
-                except (AuthenticationError, OSError) as exc:
-                    reject(sock, str(exc))
-                    continue
-                if peer is None:
-                    sel.modify(sock, selectors.EVENT_READ | (
-                        selectors.EVENT_WRITE if item.hs.wants_write else 0), item)
-                    continue
-                del pending[sock]
-                sel.unregister(sock)
-                try:
-                    sock.settimeout(HANDSHAKE_TIMEOUT)
-                    sock.sendall(hello.pack())
-                except OSError as exc:
-                    rejected.append(f"{item.addr}: {exc}")
-                    sock.close()
-                    continue
-                socks[peer] = sock
-                expected.discard(peer)
+                peer = _advance_pending(item, hello, expected, sel, pending, reject, rejected)
+                if peer is not None:
+                    socks[peer] = item.hs.sock
+                    expected.discard(peer)
     finally:
         for sock in pending:
             sock.close()
         sel.close()
+
+
+def _expire_pending(
+    pending: dict[socket.socket, _Pending], reject: Callable[[socket.socket, str], None],
+    now: float,
+) -> None:
+    """Reject the pending connections (oldest first) whose handshake deadline has passed."""
+    while pending:
+        sock, item = next(iter(pending.items()))
+        if item.hs.deadline > now:
+            break
+        reject(sock, f"no handshake within {HANDSHAKE_TIMEOUT} s")
+
+
+def _advance_pending(
+    item: _Pending, hello: _Hello, expected: set[int], sel: selectors.BaseSelector,
+    pending: dict[socket.socket, _Pending], reject: Callable[[socket.socket, str], None],
+    rejected: list[str],
+) -> int | None:
+    """Advance a ready pending connection; return the peer's rank once it is accepted.
+
+    Accepted: its hello checked out and was answered, and its socket left ``pending`` and
+    ``sel``. None: still pending, already gone, or rejected (closed, its reason noted).
+    """
+    sock = item.hs.sock
+    if sock not in pending:
+        return None
+    try:
+        peer = item.advance(hello)
+        if peer is not None and peer not in expected:
+            raise ConnectionError(f"unexpected or duplicate rank {peer}")
+    except _OptionsMismatch as exc:
+        with contextlib.suppress(OSError):
+            sock.send(hello.pack())
+        reject(sock, str(exc))
+        return None
+    except (AuthenticationError, OSError) as exc:
+        reject(sock, str(exc))
+        return None
+    if peer is None:
+        sel.modify(sock, selectors.EVENT_READ | (
+            selectors.EVENT_WRITE if item.hs.wants_write else 0), item)
+        return None
+    del pending[sock]
+    sel.unregister(sock)
+    try:
+        sock.settimeout(HANDSHAKE_TIMEOUT)
+        sock.sendall(hello.pack())
+    except OSError as exc:
+        rejected.append(f"{item.addr}: {exc}")
+        sock.close()
+        return None
+    return peer
 
 
 def _accept_some(
