@@ -133,82 +133,114 @@ def run_events(net: Network, progs: Programs, record: bool = False) -> SimResult
     p = progs.p
     if p != net.p:
         raise SimulationError(f"{p} programs on a network of {net.p} ranks")
-    prog = [progs.rank(r) for r in range(p)]
-    cap = net.capacity
-    pos = [0] * p
-    open_ = [0] * p
-    arrive = [0.0] * p
-    finish = [0.0] * p
-    waiting_s: dict[tuple[int, int], deque[int]] = {}
-    waiting_r: dict[tuple[int, int], deque[int]] = {}
-    active: dict[int, set[int]] = {}
-    load: dict[int, float] = {}
-    sharing: dict[int, int] = {}
-    # flow state, parallel lists
-    f_src: list[int] = []
-    f_dst: list[int] = []
-    f_bytes: list[int] = []
-    f_rem: list[float] = []
-    f_rate: list[float] = []
-    f_last: list[float] = []
-    f_res: list[tuple[int, ...]] = []
-    f_lat: list[float] = []
-    f_ver: list[int] = []
-    f_start: list[float] = []
-    transfers: list[tuple[int, int, int, float, float]] | None = [] if record else None
-    heap: list[tuple[float, int, int, int, int]] = []  # (time, seq, kind, what, version)
-    seq = 0
-    post_k, done_k = 0, 1
+    run = _EventRun(net, progs, record)
+    run.run()
+    return run.result()
 
-    def push(t: float, kind: int, what: int, ver: int = 0) -> None:
-        nonlocal seq
-        heapq.heappush(heap, (t, seq, kind, what, ver))
-        seq += 1
 
-    def reschedule(f: int, now: float) -> None:
+_POST, _DONE = 0, 1  # event kinds: a rank posts its next step; a flow's last byte has left
+
+
+class _EventRun:
+    """The state of one :func:`run_events` simulation: ranks, pending matches, flows, events.
+
+    Flows (messages in flight) live in parallel lists indexed by flow id.
+    """
+
+    __slots__ = (
+        "active", "arrive", "cap", "f_bytes", "f_dst", "f_last", "f_lat", "f_rate", "f_rem",
+        "f_res", "f_src", "f_start", "f_ver", "finish", "heap", "load", "net", "open_", "p",
+        "pos", "prog", "seq", "sharing", "transfers", "waiting_r", "waiting_s",
+    )
+
+    def __init__(self, net: Network, progs: Programs, record: bool) -> None:
+        p = progs.p
+        self.net = net
+        self.p = p
+        self.prog = [progs.rank(r) for r in range(p)]
+        self.cap = net.capacity
+        self.pos = [0] * p
+        self.open_ = [0] * p
+        self.arrive = [0.0] * p
+        self.finish = [0.0] * p
+        self.waiting_s: dict[tuple[int, int], deque[int]] = {}
+        self.waiting_r: dict[tuple[int, int], deque[int]] = {}
+        self.active: dict[int, set[int]] = {}
+        self.load: dict[int, float] = {}
+        self.sharing: dict[int, int] = {}
+        # flow state, parallel lists
+        self.f_src: list[int] = []
+        self.f_dst: list[int] = []
+        self.f_bytes: list[int] = []
+        self.f_rem: list[float] = []
+        self.f_rate: list[float] = []
+        self.f_last: list[float] = []
+        self.f_res: list[tuple[int, ...]] = []
+        self.f_lat: list[float] = []
+        self.f_ver: list[int] = []
+        self.f_start: list[float] = []
+        self.transfers: list[tuple[int, int, int, float, float]] | None = [] if record else None
+        self.heap: list[tuple[float, int, int, int, int]] = []  # (time, seq, kind, what, version)
+        self.seq = 0
+
+    def push(self, t: float, kind: int, what: int, ver: int = 0) -> None:
+        heapq.heappush(self.heap, (t, self.seq, kind, what, ver))
+        self.seq += 1
+
+    def reschedule(self, f: int, now: float) -> None:
+        """Settle flow ``f``'s progress until ``now`` and re-time its end at its new rate."""
+        f_rem, f_last, f_rate, f_ver = self.f_rem, self.f_last, self.f_rate, self.f_ver
         f_rem[f] -= f_rate[f] * (now - f_last[f])
         f_last[f] = now
-        rate = min(cap[x] / len(active[x]) for x in f_res[f])
+        cap, active = self.cap, self.active
+        rate = min(cap[x] / len(active[x]) for x in self.f_res[f])
         f_rate[f] = rate
         f_ver[f] += 1
-        push(now + max(0.0, f_rem[f]) / rate, done_k, f, f_ver[f])
+        self.push(now + max(0.0, f_rem[f]) / rate, _DONE, f, f_ver[f])
 
-    def end_rank_part(r: int, t: float) -> None:
+    def end_rank_part(self, r: int, t: float) -> None:
+        """One message (or the posting itself) of rank ``r``'s step is over at ``t``."""
+        arrive, open_, pos, prog, net = self.arrive, self.open_, self.pos, self.prog, self.net
         arrive[r] = max(arrive[r], t)
         open_[r] -= 1
         if open_[r] == 0:
             s = prog[r][pos[r]]
             end = arrive[r] + s.reduced / net.reduce_rate[r] + s.copied / net.copy_rate[r]
             pos[r] += 1
-            finish[r] = end
+            self.finish[r] = end
             if pos[r] < len(prog[r]):
                 nxt = prog[r][pos[r]]
-                push(end + _step_start(net, r, len(nxt.recvs), len(nxt.sends)), post_k, r)
+                self.push(end + _step_start(net, r, len(nxt.recvs), len(nxt.sends)), _POST, r)
 
-    def complete(f: int, t: float) -> None:
-        at = t + f_lat[f]
-        if transfers is not None:
-            transfers.append((f_src[f], f_dst[f], f_bytes[f], f_start[f], at))
-        end_rank_part(f_src[f], at)
-        end_rank_part(f_dst[f], at)
+    def complete(self, f: int, t: float) -> None:
+        """Flow ``f``'s last byte left at ``t``: it arrives a latency later."""
+        at = t + self.f_lat[f]
+        if self.transfers is not None:
+            self.transfers.append((self.f_src[f], self.f_dst[f], self.f_bytes[f],
+                                   self.f_start[f], at))
+        self.end_rank_part(self.f_src[f], at)
+        self.end_rank_part(self.f_dst[f], at)
 
-    def start(a: int, b: int, nbytes: int, now: float) -> None:
+    def start(self, a: int, b: int, nbytes: int, now: float) -> None:
+        """Start a flow of ``nbytes`` from rank ``a`` to ``b``; re-time those it shares with."""
+        net, cap, active = self.net, self.cap, self.active
         rt = net.route(a, b)
-        f = len(f_src)
-        f_src.append(a)
-        f_dst.append(b)
-        f_bytes.append(nbytes)
-        f_rem.append(float(nbytes))
-        f_rate.append(0.0)
-        f_last.append(now)
-        f_lat.append(rt.latency + (net.rendezvous[a] if nbytes > net.eager[a] else 0.0))
-        f_ver.append(0)
-        f_start.append(now)
+        f = len(self.f_src)
+        self.f_src.append(a)
+        self.f_dst.append(b)
+        self.f_bytes.append(nbytes)
+        self.f_rem.append(float(nbytes))
+        self.f_rate.append(0.0)
+        self.f_last.append(now)
+        self.f_lat.append(rt.latency + (net.rendezvous[a] if nbytes > net.eager[a] else 0.0))
+        self.f_ver.append(0)
+        self.f_start.append(now)
         res = tuple(x for x in rt.resources if math.isfinite(cap[x]))
-        f_res.append(res)
+        self.f_res.append(res)
         if nbytes == 0 or not res:
-            complete(f, now)
+            self.complete(f, now)
             return
+        load, sharing = self.load, self.sharing
         affected: set[int] = {f}
         for x in res:
             s = active.get(x)
@@ -221,16 +253,18 @@ def run_events(net: Network, progs: Programs, record: bool = False) -> SimResult
                 sharing[x] = len(s)
         for g in affected:
             if g != f:
-                reschedule(g, now)
-        f_rem[f] = float(nbytes)
-        f_last[f] = now
-        reschedule(f, now)
+                self.reschedule(g, now)
+        self.f_rem[f] = float(nbytes)
+        self.f_last[f] = now
+        self.reschedule(f, now)
 
-    def post(r: int, now: float) -> None:
-        s = prog[r][pos[r]]
-        arrive[r] = now
+    def post(self, r: int, now: float) -> None:
+        """Rank ``r`` posts its current step: match its sends and receives, start the flows."""
+        s = self.prog[r][self.pos[r]]
+        self.arrive[r] = now
         n = len(s.recvs) + len(s.sends)
-        open_[r] = n + 1  # +1 released below, so a step completing inline is handled once
+        self.open_[r] = n + 1  # +1 released below, so a step completing inline is handled once
+        waiting_s, waiting_r = self.waiting_s, self.waiting_r
         for q, b in s.sends:
             wr = waiting_r.get((r, q))
             if wr:
@@ -238,7 +272,7 @@ def run_events(net: Network, progs: Programs, record: bool = False) -> SimResult
                 if other != b:
                     raise SimulationError(f"rank {r} sends {b} bytes to {q}, which expects "
                                           f"{other}")
-                start(r, q, b, now)
+                self.start(r, q, b, now)
             else:
                 waiting_s.setdefault((r, q), deque()).append(b)
         for q, b in s.recvs:
@@ -248,39 +282,52 @@ def run_events(net: Network, progs: Programs, record: bool = False) -> SimResult
                 if other != b:
                     raise SimulationError(f"rank {q} sends {other} bytes to {r}, which expects "
                                           f"{b}")
-                start(q, r, b, now)
+                self.start(q, r, b, now)
             else:
                 waiting_r.setdefault((q, r), deque()).append(b)
-        end_rank_part(r, now)
+        self.end_rank_part(r, now)
 
-    for r in range(p):
-        if prog[r]:
-            s0 = prog[r][0]
-            push(_step_start(net, r, len(s0.recvs), len(s0.sends)), post_k, r)
-    while heap:
-        t, _, kind, f, ver = heapq.heappop(heap)
-        if kind == post_k:
-            post(f, t)
-            continue
-        if ver != f_ver[f]:
-            continue  # superseded by a later reschedule
-        f_ver[f] = -1
-        affected: set[int] = set()
-        for x in f_res[f]:
-            s = active[x]
-            s.discard(f)
-            affected.update(s)
-        for g in affected:
-            reschedule(g, t)
-        complete(f, t)
-    stuck = {r: pos[r] for r in range(p) if pos[r] < len(prog[r])}
-    if stuck:
-        raise SimulationError(f"deadlock: ranks stuck at steps {dict(list(stuck.items())[:8])}")
-    left = [k for k, v in {**waiting_s, **waiting_r}.items() if v]
-    if left:
-        raise SimulationError(f"messages never matched between ranks {left[:8]}")
-    return SimResult(max(finish, default=0.0), finish, len(f_src), sum(f_bytes), "events",
-                     load, sharing, transfers)
+    def run(self) -> None:
+        """Post every rank's first step, then process events until none is left."""
+        net, prog, heap, f_ver, f_res, active = (
+            self.net, self.prog, self.heap, self.f_ver, self.f_res, self.active)
+        for r in range(self.p):
+            if prog[r]:
+                s0 = prog[r][0]
+                self.push(_step_start(net, r, len(s0.recvs), len(s0.sends)), _POST, r)
+        while heap:
+            t, _, kind, f, ver = heapq.heappop(heap)
+            if kind == _POST:
+                self.post(f, t)
+                continue
+            if ver != f_ver[f]:
+                continue  # superseded by a later reschedule
+            f_ver[f] = -1
+            affected: set[int] = set()
+            for x in f_res[f]:
+                s = active[x]
+                s.discard(f)
+                affected.update(s)
+            for g in affected:
+                self.reschedule(g, t)
+            self.complete(f, t)
+
+    def result(self) -> SimResult:
+        """The outcome, once :meth:`run` returned.
+
+        Raises:
+            SimulationError: a rank did not finish its program, or a message was never matched.
+        """
+        p, pos, prog = self.p, self.pos, self.prog
+        stuck = {r: pos[r] for r in range(p) if pos[r] < len(prog[r])}
+        if stuck:
+            raise SimulationError(
+                f"deadlock: ranks stuck at steps {dict(list(stuck.items())[:8])}")
+        left = [k for k, v in {**self.waiting_s, **self.waiting_r}.items() if v]
+        if left:
+            raise SimulationError(f"messages never matched between ranks {left[:8]}")
+        return SimResult(max(self.finish, default=0.0), self.finish, len(self.f_src),
+                         sum(self.f_bytes), "events", self.load, self.sharing, self.transfers)
 
 
 def run_lockstep(net: Network, progs: Programs) -> SimResult:
