@@ -308,17 +308,9 @@ def _start_monitor(engine: Engine, cfg: _config.Config) -> None:
     global _monitor
     # its requests time out within the liveness timeout: a rank cut off from the job finds out
     # as soon as the others declare it failed, and its waits raise (see Engine.lose)
-    monitor = Monitor(engine, lambda: _connect_store(
+    _monitor = Monitor.attach(engine, lambda: _connect_store(
         cfg, max(cfg.liveness_timeout, 1.0) if cfg.liveness_timeout > 0 else BOOTSTRAP_TIMEOUT),
         cfg.liveness_timeout)
-    try:
-        monitor.start()
-    except RingworldError:
-        engine.close()
-        raise
-    engine.explain = monitor.explain
-    engine.ft = monitor
-    _monitor = monitor
     _note_crashes(engine)
 
 

@@ -1,4 +1,6 @@
-"""Buffer collectives over real processes: every collective x algorithm x world size x transport.
+"""Buffer collectives: every collective x algorithm x world size, with ranks as threads over the
+in-process transport (world sizes 1, 2, 4, 6, 7, 8: the shared-memory algorithms run there too)
+and as processes over both real transports (world sizes 3 and 5).
 
 One job per (transport, world size, group of collectives) runs, inside its ranks, every
 algorithm of every collective of the group (forced with ``algorithm=``) on int64 and float64
@@ -34,10 +36,11 @@ from coll_support import (
 
 from ringworld import Communicator
 from ringworld.algorithms.registry import REGISTRY
-from ringworld.testing import run_processes
+from ringworld.testing import run_ranks
 
-SIZES = [1, 2, 3, 4, 5, 8]
-TRANSPORTS = ["shm", "tcp"]
+#: (world, size): the world's kind as run_ranks takes it; threads run the shm profile
+WORLDS = [("threads", p) for p in (1, 2, 4, 6, 7, 8)] + [(t, p) for t in ("shm", "tcp")
+                                                          for p in (3, 5)]
 
 
 def _rejects_non_commutative(comm: Communicator, runner: Runner) -> None:
@@ -133,10 +136,10 @@ def _job(comm: Communicator, group: str, transport: str) -> tuple[list[str], int
 
 
 @pytest.mark.parametrize("group", list(GROUPS))
-@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"p{s}")
-@pytest.mark.parametrize("transport", TRANSPORTS)
-def test_buffer_collectives(transport: str, size: int, group: str) -> None:
-    out = run_processes(size, _job, group, transport, transport=transport, timeout=110)
+@pytest.mark.parametrize(("world", "size"), WORLDS, ids=[f"{w}-p{p}" for w, p in WORLDS])
+def test_buffer_collectives(world: str, size: int, group: str) -> None:
+    transport = "shm" if world == "threads" else world  # the profile: threads share memory
+    out = run_ranks(size, _job, group, transport, transport=world, timeout=110)
     failures = [f for fails, _ in out for f in fails]
     assert not failures, f"{len(failures)} failures:\n" + "\n".join(failures[:60])
     assert len({ran for _, ran in out}) == 1  # every rank ran the same cases

@@ -4,69 +4,96 @@ instead of a hang or garbage. (The shared-memory path checks the same at every s
 
 from __future__ import annotations
 
+import inspect
 import re
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from ringworld.testing import run_threads
+
 pytestmark = pytest.mark.timeout(120)
 
-PROGRAM = """
-import sys, time
-import numpy as np
+def _disagree(comm: Any, kind: str, stay: float) -> list[str]:
+    """Ranks disagree on a call as ``kind`` says; returns each call's outcome on this rank.
+    Runs in threads here and, by its source, as the program of ``ringworld run`` jobs; ``stay``
+    s after the call, a process stays until the others have seen it too."""
+    import time
+
+    import numpy as np
+
+    import ringworld
+
+    r = comm.rank
+    odd = r == 1
+    seen = []
+    try:
+        if kind == "count":
+            n = 12 if odd else 10
+            comm.allreduce(np.ones(n), np.empty(n), algorithm="ring", timeout=20)
+        elif kind == "collective":
+            if odd:
+                comm.bcast(np.ones(8), root=0, algorithm="binomial", timeout=20)
+            else:
+                comm.allreduce(np.ones(8), np.empty(8), algorithm="recursive_doubling",
+                               timeout=20)
+        elif kind == "dtype":
+            a = np.ones(8, dtype=np.float32 if odd else np.float64)
+            comm.allgather(a, np.empty(8 * comm.size, a.dtype), algorithm="ring", timeout=20)
+        elif kind == "op":
+            op = ringworld.MAX if odd else ringworld.SUM
+            comm.allreduce(np.ones(8), np.empty(8), op, algorithm="recursive_doubling",
+                           timeout=20)
+        elif kind == "object":
+            if odd:
+                comm.bcast_obj("x", root=0, timeout=20)
+            else:
+                comm.allgather_obj(r, timeout=20)
+        elif kind == "object-buffer":
+            if odd:
+                comm.allreduce_obj(r, timeout=20)
+            else:
+                comm.allreduce(np.ones(4), np.empty(4), algorithm="recursive_doubling",
+                               timeout=20)
+        elif kind == "root":
+            comm.bcast(np.ones(8), root=1 if r == 2 else 0, algorithm="binomial", timeout=20)
+        elif kind == "roots":  # every rank its own root: ranks only send, nobody receives
+            comm.bcast(np.full(8, r + 1.0), root=r, algorithm="binomial", timeout=20)
+        elif kind == "roots-large":  # the same, with sends that wait for a receiver
+            comm.bcast(np.full(1 << 19, r + 1.0), root=r, algorithm="binomial", timeout=20)
+        elif kind == "roots-object":
+            comm.bcast_obj(r, root=r, timeout=20)
+        seen.append(f"rank {r}: ok")
+    except ringworld.MismatchError as exc:
+        seen.append(f"rank {r}: mismatch: {exc}")
+    time.sleep(stay)
+    if kind.startswith("root"):  # ranks that finished the broken call fail in their next one
+        try:
+            comm.allreduce(np.ones(2), np.empty(2), algorithm="ring", timeout=20)
+            seen.append(f"next {r}: ok")
+        except ringworld.MismatchError as exc:
+            seen.append(f"next {r}: mismatch: {exc}")
+        time.sleep(stay)
+    return seen
+
+
+PROGRAM = inspect.getsource(_disagree) + """
+import sys
 import ringworld
 
-comm = ringworld.init()
-kind, r = sys.argv[1], comm.rank
-odd = r == 1
-try:
-    if kind == "count":
-        n = 12 if odd else 10
-        comm.allreduce(np.ones(n), np.empty(n), algorithm="ring", timeout=20)
-    elif kind == "collective":
-        if odd:
-            comm.bcast(np.ones(8), root=0, algorithm="binomial", timeout=20)
-        else:
-            comm.allreduce(np.ones(8), np.empty(8), algorithm="recursive_doubling", timeout=20)
-    elif kind == "dtype":
-        a = np.ones(8, dtype=np.float32 if odd else np.float64)
-        comm.allgather(a, np.empty(8 * comm.size, a.dtype), algorithm="ring", timeout=20)
-    elif kind == "op":
-        op = ringworld.MAX if odd else ringworld.SUM
-        comm.allreduce(np.ones(8), np.empty(8), op, algorithm="recursive_doubling", timeout=20)
-    elif kind == "object":
-        if odd:
-            comm.bcast_obj("x", root=0, timeout=20)
-        else:
-            comm.allgather_obj(r, timeout=20)
-    elif kind == "object-buffer":
-        if odd:
-            comm.allreduce_obj(r, timeout=20)
-        else:
-            comm.allreduce(np.ones(4), np.empty(4), algorithm="recursive_doubling", timeout=20)
-    elif kind == "root":
-        comm.bcast(np.ones(8), root=1 if r == 2 else 0, algorithm="binomial", timeout=20)
-    elif kind == "roots":  # every rank its own root: ranks only send, nobody receives
-        comm.bcast(np.full(8, r + 1.0), root=r, algorithm="binomial", timeout=20)
-    elif kind == "roots-large":  # the same, with sends that wait for a receiver
-        comm.bcast(np.full(1 << 19, r + 1.0), root=r, algorithm="binomial", timeout=20)
-    elif kind == "roots-object":
-        comm.bcast_obj(r, root=r, timeout=20)
-    print(f"rank {r}: ok", flush=True)
-except ringworld.MismatchError as exc:
-    print(f"rank {r}: mismatch: {exc}", flush=True)
-time.sleep(1)  # stay until the others have seen it too
-if kind.startswith("root"):  # ranks that finished the broken call fail in their next one
-    try:
-        comm.allreduce(np.ones(2), np.empty(2), algorithm="ring", timeout=20)
-        print(f"next {r}: ok", flush=True)
-    except ringworld.MismatchError as exc:
-        print(f"next {r}: mismatch: {exc}", flush=True)
-    time.sleep(1)
+for line in _disagree(ringworld.init(), sys.argv[1], 1.0):
+    print(line, flush=True)
 """
+
+
+def _threads(kind: str, n: int) -> str:
+    """The outcome lines of ``kind`` on ``n`` ranks that are threads (the fast tier)."""
+    return "\n".join(line for lines in run_threads(n, _disagree, kind, 0.0)
+                     for line in lines)
+
 
 SIGNATURE = (r"(allreduce|bcast|allgather)\(algorithm=\w+, count=\d+, dtype=\w+, op=[\w-]+, "
              r"root=\d\)")
@@ -74,7 +101,7 @@ SIGNATURE = (r"(allreduce|bcast|allgather)\(algorithm=\w+, count=\d+, dtype=\w+,
 
 def _run(tmp_path: Path, kind: str, n: int, transport: str) -> str:
     prog = tmp_path / "prog.py"
-    prog.write_text(textwrap.dedent(PROGRAM))
+    prog.write_text(PROGRAM)
     r = subprocess.run([sys.executable, "-m", "ringworld", "run", "-n", str(n), "--transport",
                         transport, str(prog), kind], capture_output=True, text=True,
                        timeout=100, check=False, stdin=subprocess.DEVNULL)
@@ -82,11 +109,17 @@ def _run(tmp_path: Path, kind: str, n: int, transport: str) -> str:
     return r.stdout
 
 
-@pytest.mark.parametrize("transport", ["shm", "tcp"])
-@pytest.mark.parametrize("kind", ["count", "collective", "dtype", "op"])
+def _outcome(tmp_path: Path, kind: str, n: int, world: str) -> str:
+    """Every rank's outcome lines: ranks as threads, or a ``ringworld run`` job over ``world``."""
+    return _threads(kind, n) if world == "threads" else _run(tmp_path, kind, n, world)
+
+
+@pytest.mark.parametrize(("kind", "world"), [
+    *((k, "threads") for k in ("count", "collective", "dtype", "op")),
+    ("count", "shm"), ("count", "tcp")])
 def test_two_ranks_that_disagree_both_see_both_calls(tmp_path: Path, kind: str,
-                                                     transport: str) -> None:
-    out = _run(tmp_path, kind, 2, transport)
+                                                     world: str) -> None:
+    out = _outcome(tmp_path, kind, 2, world)
     for rank in (0, 1):
         m = re.search(rf"rank {rank}: mismatch: collective mismatch on world, call #0: "
                       rf"world rank {rank} called ({SIGNATURE}), but world rank {1 - rank} "
@@ -97,18 +130,21 @@ def test_two_ranks_that_disagree_both_see_both_calls(tmp_path: Path, kind: str,
         assert "count=10" in out and "count=12" in out
 
 
-@pytest.mark.parametrize("transport", ["shm", "tcp"])
-def test_every_rank_waiting_in_the_call_fails(tmp_path: Path, transport: str) -> None:
-    out = _run(tmp_path, "count", 4, transport)
+@pytest.mark.parametrize(("world", "n"), [("threads", 3), ("threads", 4), ("threads", 5),
+                                          ("threads", 8), ("shm", 4), ("tcp", 4)])
+def test_every_rank_waiting_in_the_call_fails(tmp_path: Path, world: str, n: int) -> None:
+    out = _outcome(tmp_path, "count", n, world)
     lines = {int(m.group(1)): m.group(2) for m in re.finditer(r"rank (\d): (.*)", out)}
-    assert sorted(lines) == [0, 1, 2, 3], out
+    assert sorted(lines) == list(range(n)), out
     for line in lines.values():  # the two disagreeing calls, even on ranks not involved
         assert line.startswith("mismatch: collective mismatch on world, call #0:"), out
         assert "count=10" in line and "count=12" in line, out
 
 
-def test_a_root_disagreement_fails_every_rank_by_its_next_call(tmp_path: Path) -> None:
-    out = _run(tmp_path, "root", 3, "tcp")
+@pytest.mark.parametrize("world", ["threads", "tcp"])
+def test_a_root_disagreement_fails_every_rank_by_its_next_call(tmp_path: Path,
+                                                               world: str) -> None:
+    out = _outcome(tmp_path, "root", 3, world)
     assert re.search(r"rank 2: mismatch: .*world rank 2 called bcast\(.*root=1\), but world "
                      r"rank \d called", out), out
     for rank in range(3):  # and every rank's next call on the communicator fails, showing it
@@ -116,10 +152,10 @@ def test_a_root_disagreement_fails_every_rank_by_its_next_call(tmp_path: Path) -
                          r".*bcast\(.*root=1\)", out), out
 
 
-@pytest.mark.parametrize("transport", ["shm", "tcp"])
-@pytest.mark.parametrize("kind", ["object", "object-buffer"])
-def test_object_collectives_are_checked_too(tmp_path: Path, kind: str, transport: str) -> None:
-    out = _run(tmp_path, kind, 2, transport)
+@pytest.mark.parametrize(("kind", "world"), [("object", "threads"), ("object-buffer", "threads"),
+                                             ("object", "shm"), ("object-buffer", "tcp")])
+def test_object_collectives_are_checked_too(tmp_path: Path, kind: str, world: str) -> None:
+    out = _outcome(tmp_path, kind, 2, world)
     for rank in (0, 1):
         line = re.search(rf"rank {rank}: (.*)", out)
         assert line and line.group(1).startswith("mismatch: collective mismatch on world"), out
@@ -134,23 +170,26 @@ def test_object_collectives_are_checked_too(tmp_path: Path, kind: str, transport
             assert "allreduce(algorithm=" in line.group(1), out
 
 
-@pytest.mark.parametrize(("transport", "kind"), [("tcp", "roots"), ("shm", "roots"),
-                                                 ("tcp", "roots-large"), ("tcp", "roots-object")])
-def test_ranks_that_each_think_they_are_the_root_fail(tmp_path: Path, transport: str,
+@pytest.mark.parametrize(("world", "kind"), [
+    ("threads", "roots"), ("threads", "roots-large"), ("threads", "roots-object"),
+    ("shm", "roots"), ("tcp", "roots-large"), ("tcp", "roots-object")])
+def test_ranks_that_each_think_they_are_the_root_fail(tmp_path: Path, world: str,
                                                       kind: str) -> None:
     """Both ranks only send: no receive meets the other's message. The message of the same
     call with another signature (or of a call already finished) is caught when it arrives or
     when the call starts; the broadcast itself or, at the latest, the next call that polls for
     messages fails on both ranks, showing both calls. (Shared-memory collectives do not poll
-    when they need not wait: they find it at the first call after a poll.)"""
-    out = _run(tmp_path, kind, 2, transport)
+    when they need not wait: they find it at the first call after a poll. In-process sends
+    never wait for a receiver, so a large broadcast there behaves as a small one.)"""
+    out = _outcome(tmp_path, kind, 2, world)
     call = r"bcast_obj\(root=\d" if kind == "roots-object" else r"bcast\([^)]*root=\d\)"
     for rank in (0, 1):
         seen = re.findall(rf"(?:rank|next) {rank}: (.*)", out)
         assert len(seen) == 2, out
         assert "mismatch: collective mismatch on world, call #0:" in seen[1], out
         assert len(re.findall(call, seen[1])) == 2, out  # both calls shown
-        if kind == "roots-large":  # sends waiting for a receiver fail in the call itself
+        # sends waiting for a receiver fail in the call itself
+        if kind == "roots-large" and world != "threads":
             assert seen[0].startswith("mismatch:"), out
 
 

@@ -1,4 +1,5 @@
-"""Point-to-point semantics over real processes, both transports, world sizes 1, 2, 3 and 5."""
+"""Point-to-point semantics: every world size 1-8 with ranks as threads (the fast tier), and
+world sizes 2 and 5 over real processes on both transports."""
 
 from __future__ import annotations
 
@@ -9,10 +10,13 @@ import pytest
 
 import ringworld
 from ringworld import ANY_SOURCE, ANY_TAG, Communicator, Status
-from ringworld.testing import run_processes
+from ringworld.testing import run_processes, run_ranks
 
-SIZES = [1, 2, 3, 5]
 TRANSPORTS = ["shm", "tcp"]
+#: (transport, world size): threads at every size of interest, real processes at two
+WORLDS = [("threads", p) for p in (1, 2, 3, 5, 8)] + [(t, p) for t in TRANSPORTS for p in (2, 5)]
+worlds = pytest.mark.parametrize(("transport", "size"), WORLDS,
+                                 ids=[f"{t}-p{p}" for t, p in WORLDS])
 DTYPES = [np.uint8, np.int16, np.int32, np.int64, np.float16, np.float32, np.float64,
           np.complex64, np.complex128, np.bool_]
 
@@ -28,11 +32,6 @@ def data(rank: int, n: int, dtype: type = np.int64, salt: int = 0) -> np.ndarray
 @pytest.fixture(params=TRANSPORTS)
 def transport(request: pytest.FixtureRequest) -> str:
     return str(request.param)
-
-
-@pytest.fixture(params=SIZES)
-def size(request: pytest.FixtureRequest) -> int:
-    return int(request.param)
 
 
 # ---------------------------------------------------------------- ring exchanges of buffers
@@ -60,8 +59,9 @@ def _ring_buffers(comm: Communicator) -> list[str]:
     return checked
 
 
+@worlds
 def test_ring_buffers_every_dtype(size: int, transport: str) -> None:
-    out = run_processes(size, _ring_buffers, transport=transport, timeout=90)
+    out = run_ranks(size, _ring_buffers, transport=transport, timeout=90)
     assert len(out) == size and all(len(o) == len(DTYPES) * 5 for o in out)
 
 
@@ -108,8 +108,9 @@ def _objects(comm: Communicator) -> None:
         assert comm.recv_obj(left, 2) == v
 
 
+@worlds
 def test_objects(size: int, transport: str) -> None:
-    run_processes(size, _objects, transport=transport, timeout=90)
+    run_ranks(size, _objects, transport=transport, timeout=90)
 
 
 def test_object_arrays_travel_out_of_band() -> None:
@@ -156,8 +157,9 @@ def _wildcards(comm: Communicator) -> list[tuple[int, int]]:
     return seen
 
 
+@worlds
 def test_any_source_any_tag(size: int, transport: str) -> None:
-    out = run_processes(size, _wildcards, transport=transport, timeout=60)
+    out = run_ranks(size, _wildcards, transport=transport, timeout=60)
     assert sorted(out[0]) == [(r, 10 + r) for r in range(1, size)]
 
 
@@ -186,8 +188,9 @@ def _ordering(comm: Communicator) -> None:
         np.testing.assert_array_equal(buf, data(i, n, np.uint8))
 
 
+@worlds
 def test_non_overtaking(size: int, transport: str) -> None:
-    run_processes(size, _ordering, transport=transport, timeout=90)
+    run_ranks(size, _ordering, transport=transport, timeout=90)
 
 
 # ---------------------------------------------------------------- nonblocking
@@ -230,8 +233,9 @@ def _nonblocking(comm: Communicator) -> None:
     comm.barrier()
 
 
+@worlds
 def test_nonblocking(size: int, transport: str) -> None:
-    run_processes(size, _nonblocking, transport=transport, timeout=60)
+    run_ranks(size, _nonblocking, transport=transport, timeout=60)
 
 
 # ---------------------------------------------------------------- probe
@@ -256,8 +260,9 @@ def _probe(comm: Communicator) -> None:
     comm.barrier()
 
 
+@worlds
 def test_probe(size: int, transport: str) -> None:
-    run_processes(size, _probe, transport=transport, timeout=60)
+    run_ranks(size, _probe, transport=transport, timeout=60)
 
 
 # ---------------------------------------------------------------- errors
@@ -313,8 +318,9 @@ def _errors(comm: Communicator) -> None:
     comm.barrier()
 
 
+@worlds
 def test_errors(size: int, transport: str) -> None:
-    run_processes(size, _errors, transport=transport, timeout=60)
+    run_ranks(size, _errors, transport=transport, timeout=60)
 
 
 # ---------------------------------------------------------------- self messages, zero size
@@ -335,8 +341,9 @@ def _self_and_empty(comm: Communicator) -> None:
     assert selfc.recv_obj(0) == "s"
 
 
+@worlds
 def test_self_and_zero_length(size: int, transport: str) -> None:
-    run_processes(size, _self_and_empty, transport=transport, timeout=60)
+    run_ranks(size, _self_and_empty, transport=transport, timeout=60)
 
 
 # ---------------------------------------------------------------- failure of a peer

@@ -232,9 +232,9 @@ def clear_bounded_caches(world: Communicator) -> None:
 
     registry.build.cache_clear()
     # private names: a cache renamed away is simply not cleared (the bounds then allow for it)
-    for owner, name in ((coll_comm, "_SIGNATURES"), (coll_comm, "_CHECKED_OPS"),
-                        (world.selector, "_memo"), (getattr(world, "_engine", None),
-                                                    "signatures")):
+    engine = getattr(world, "_engine", None)
+    for owner, name in ((coll_comm, "_CHECKED_OPS"), (world.selector, "_memo"),
+                        (engine, "signed_calls"), (engine, "_marks"), (engine, "signatures")):
         cache = getattr(owner, name, None)
         if isinstance(cache, dict):
             cache.clear()

@@ -1,7 +1,8 @@
-"""The transport contract, checked identically for every transport (shm and tcp).
+"""The transport contract, checked identically for every transport (shm, tcp, inproc).
 
-Endpoints of one world live in threads of the test process (rendezvous through a MemoryStore);
-failure of a peer process is checked with a forked child.
+Endpoints of one world live in threads of the test process (rendezvous through a MemoryStore;
+the in-process transport's endpoints share one Hub); failure of a peer process is checked with
+a forked child (shm and tcp only: in-process peers are threads).
 """
 
 from __future__ import annotations
@@ -21,10 +22,12 @@ from ringworld.errors import PeerFailure
 from ringworld.store.memory import MemoryStore
 from ringworld.store.tcp import TCPStore, TCPStoreServer
 from ringworld.transport.base import Incoming, Transport
+from ringworld.transport.inproc import Hub
 from ringworld.transport.shm import FRAME, ShmTransport
 from ringworld.transport.tcp import HEADER, TcpTransport
 
-KINDS = ["shm", "tcp"]
+KINDS = ["shm", "tcp", "inproc"]
+PROCESS_KINDS = ["shm", "tcp"]  # transports between processes
 SECRET = b"conformance-secret-0123456789abcd"
 
 
@@ -35,6 +38,8 @@ def make(kind: str, rank: int, size: int, store: object, job: str) -> Transport:
 
 
 def world(kind: str, size: int) -> list[Transport]:
+    if kind == "inproc":
+        return list(Hub(size).endpoints())
     store = MemoryStore()
     job = f"conf{os.getpid()}x{secrets.token_hex(3)}"
     out: list[Transport | None] = [None] * size
@@ -293,6 +298,7 @@ def _child_endpoint(kind: str, host: str, port: int, job: str, die: str) -> None
     os._exit(0)
 
 
+@pytest.mark.parametrize("kind", PROCESS_KINDS)
 @pytest.mark.parametrize("die", ["exit", "kill"])
 def test_peer_process_death_is_reported_after_its_last_message(kind: str, die: str) -> None:
     server = TCPStoreServer(SECRET)
@@ -346,3 +352,50 @@ def test_full_shared_memory_is_a_clear_error_not_a_crash(tmp_path: object) -> No
         assert os.listdir(mnt) == []  # nothing left behind
     finally:
         subprocess.run(["umount", mnt], check=False)
+
+
+def test_inproc_peer_leaving_is_reported_after_its_last_message() -> None:
+    a, b = Hub(2).endpoints()
+    b.isend(0, 0, 1, 0, [memoryview(b"last words")], 10)
+    b.close()
+    sink = Sink()
+    with pytest.raises(PeerFailure) as info:
+        a.poll(sink)
+    assert info.value.rank == 1
+    assert bytes(sink.got[0][4]) == b"last words"  # delivered before the failure
+    assert not a.poll(sink)  # each failure is raised once by poll ...
+    with pytest.raises(PeerFailure):
+        a.check_peers()  # ... and always by check_peers
+    with pytest.raises(PeerFailure):
+        a.isend(1, 0, 0, 0, [memoryview(b"x")], 1)
+    assert not a.send_eager(1, 0, 0, 0, [memoryview(b"x")], 1)
+    a.close()
+
+
+def test_inproc_windows_are_shared_and_peer_copies_land() -> None:
+    import ctypes
+
+    from ringworld.errors import TransportError
+
+    a, b = Hub(2).endpoints()
+    mine = a.window_create("w", 4096)
+    theirs = b.window_attach(0, "w", 4096)
+    assert ctypes.addressof(ctypes.c_char.from_buffer(mine)) % 64 == 0
+    theirs[100:104] = b"abcd"
+    assert bytes(mine[100:104]) == b"abcd"  # one memory, two views
+    with pytest.raises(TransportError, match="4096 bytes, not 8"):
+        b.window_attach(0, "w", 8)
+    with pytest.raises(TransportError, match="exists already"):
+        a.window_create("w", 16)
+    a.window_unlink("w")
+    with pytest.raises(TransportError, match="no window"):
+        b.window_attach(0, "w", 4096)  # the name is gone, the mapping is not
+    assert bytes(theirs[100:104]) == b"abcd"
+    src = np.arange(16, dtype=np.int64)
+    dst = np.zeros(16, dtype=np.int64)
+    b.read_peer(0, src.ctypes.data, dst.ctypes.data, 64)
+    assert (dst[:8] == src[:8]).all() and not dst[8:].any()
+    b.write_peer(0, dst.ctypes.data + 64, src.ctypes.data + 64, 64)
+    assert (dst == src).all()
+    for t in (a, b):
+        t.close()

@@ -58,7 +58,6 @@ __all__ = ["IN_PLACE", "UNDEFINED", "Communicator"]
 
 OpLike = Op | str
 _CHECKED_OPS: dict[tuple[OpLike, np.dtype[Any]], Op] = {}  # (op, dtype) pairs known valid
-_SIGNATURES: dict[tuple[Any, ...], int] = {}  # call signature -> its 16-bit hash
 
 
 def _gone() -> None:
@@ -195,13 +194,14 @@ class Communicator(ObjectCollectives):
             dtype = (arrays[1] if collective.startswith("scatter") else arrays[0]).dtype
         key = (collective, algo, -1 if varying else spec.n, spec.root, dtype,
                "" if op is None else op.name)
-        found = _SIGNATURES.get(key)
+        known = self._engine.signed_calls
+        found = known.get(key)
         if found is None:
             text = (f"{collective}(algorithm={algo}, count={'per rank' if varying else spec.n},"
                     f" dtype={dtype}, op={key[5] or '-'}, root={spec.root})")
             found = self._engine.sign(text)
-            if len(_SIGNATURES) < 4096:
-                _SIGNATURES[key] = found
+            if len(known) < 4096:
+                known[key] = found
         return found
 
     def _again(self, coll: str, sb: Any, rb: Any, extra: Any) -> tuple[int, int, str] | None:

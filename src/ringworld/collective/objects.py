@@ -19,8 +19,6 @@ from ringworld.comm.communicator import Communicator as P2PCommunicator
 from ringworld.comm.requests import SEQ_MASK, SIG_SHIFT, Request, wait_all
 from ringworld.errors import CommError, PeerFailure, Timeout
 
-_OBJ_SIGNATURES: dict[tuple[str, int, str], int] = {}  # (collective, root, op) -> 16-bit hash
-
 
 class _Encoded:
     """A value's wire form: segments, byte count, flags (and buffers to keep alive)."""
@@ -83,11 +81,13 @@ class ObjectCollectives(P2PCommunicator):
     def _obj_seq(self, what: str, root: int = 0, op: str = "") -> int:
         """The next sequence number with this call's signature in its high bits, so that a
         rank calling another collective fails with MismatchError (see the engine)."""
-        key = (what, root, op)
-        sig = _OBJ_SIGNATURES.get(key)
+        key = ("obj", what, root, op)
+        known = self._engine.signed_calls
+        sig = known.get(key)
         if sig is None:
-            text = f"{what}(root={root}, op={op or '-'})"
-            sig = _OBJ_SIGNATURES[key] = self._engine.sign(text)
+            sig = self._engine.sign(f"{what}(root={root}, op={op or '-'})")
+            if len(known) < 4096:
+                known[key] = sig
         tag = self.next_seq() | (sig << SIG_SHIFT)
         self._engine.note_call(self.coll_context, tag)
         return tag

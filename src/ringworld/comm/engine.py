@@ -156,6 +156,9 @@ class Engine:
         self.ft: Any = None  # the job's fault-tolerance service (store based), if any
         self.hosts: list[str] = ["local"] * size  # each world rank's host label
         self.signatures: dict[int, str] = {}  # collective call signature hash -> description
+        # a call's agreed values (collective, algorithm, count, dtype...) -> its signature: per
+        # engine, as the descriptions above are (worlds of threads each have their own)
+        self.signed_calls: dict[tuple[Any, ...], int] = {}
         self._marks: dict[str, int] = {}  # ... and back (see sign)
         self._mismatched: list[tuple[RecvRequest[Any], int, int]] = []  # found while polling
         # signed collective calls (see note_call): context -> tag of the call this rank is in
@@ -203,13 +206,14 @@ class Engine:
 
     def kind_for(self, ranks: Sequence[int]) -> str:
         """How ``ranks`` (world ranks, this one included) are reached: "self" alone, "shm" when
-        one shared-memory transport reaches all the others, else "tcp"."""
+        one transport that maps shared windows (shared memory, or the in-process one) reaches
+        all the others, else "tcp"."""
         others = {self.route[w] for w in ranks if w != self.rank}
         if not others:
             return "self"
         if len(others) == 1:
             t = next(iter(others))
-            return "shm" if t is not None and t.name == "shm" else "tcp"
+            return "shm" if t is not None and t.supports_shared_windows else "tcp"
         return "tcp"
 
     def forget_contexts(self, contexts: Sequence[int]) -> None:

@@ -103,6 +103,25 @@ class Monitor:
         self._thread = threading.Thread(target=self._run, name="ringworld-monitor", daemon=True)
         self.error: BaseException | None = None  # why the thread stopped early, if it did
 
+    @classmethod
+    def attach(cls, engine: Any, connect: Callable[[], Store],
+               liveness_timeout: float) -> Monitor:
+        """Start a monitor for ``engine`` and make it the engine's fault-tolerance service
+        (job-wide diagnosis of timeouts, published failures, agreements).
+
+        Raises:
+            StoreError: the store cannot be reached (the engine is closed first).
+        """
+        monitor = cls(engine, connect, liveness_timeout)
+        try:
+            monitor.start()
+        except RingworldError:
+            engine.close()
+            raise
+        engine.explain = monitor.explain
+        engine.ft = monitor
+        return monitor
+
     def start(self) -> None:
         """Connect and start beating; the first beat is published before this returns.
 
