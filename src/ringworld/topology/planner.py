@@ -192,65 +192,94 @@ def candidates(net: Network, collective: str, nbytes: int, root: int = 0,
     if not 0 <= root < p:
         raise ValueError(f"root {root} outside 0..{p - 1}")
     seg = max(1, segment_bytes // ITEMSIZE)
-    n = nbytes // ITEMSIZE
-    out: list[Candidate] = []
     if collective == "allgather":
-        blk = nbytes // (ITEMSIZE * p)
-        if blk < 1:
-            raise ValueError(f"size {nbytes} B is under one element per rank")
-        for name in registry.REGISTRY["allgather"]:
-            if name == "linear" and p > LINEAR_MAX:
-                continue
-            out.append(_registry("allgather", name, p, _gather_spec(p, blk)))
-        rings = search.find_rings(net, 1)
-        if rings and rings[0][0] != list(range(p)):
-            order = rings[0][0]
-            displs = tuple(order[u] * blk for u in range(p))
-            out.append(Candidate(
-                "ring(searched)", "ring", f"ring allgather along {_fmt(order)}",
-                plans.on_order(lambda v: registry.build("allgather", "ring", Spec(
-                    p, v, blk, counts=(blk,) * p, displs=displs)), order), False, p))
-        return out
+        return _allgather_candidates(net, nbytes)
+    n = nbytes // ITEMSIZE
     if n < 1:
         raise ValueError(f"size {nbytes} B is under one element")
     if collective == "reduce":
-        for name in registry.REGISTRY["reduce"]:
-            if name != "linear" or p <= LINEAR_MAX:
-                out.append(_registry("reduce", name, p, lambda r: Spec(p, r, n, root)))
-        return out
+        return _reduce_candidates(net, n, root)
     if collective == "allreduce":
-        for name in registry.REGISTRY["allreduce"]:
-            if name != "linear" or p <= LINEAR_MAX:
-                out.append(_registry("allreduce", name, p, lambda r: Spec(p, r, n)))
-        rings = search.find_rings(net)
-        if rings and (rings[0][0] != list(range(p))):
-            order = rings[0][0]
+        return _allreduce_candidates(net, n)
+    return _bcast_candidates(net, n, root, seg, search_trees)
+
+
+def _allgather_candidates(net: Network, nbytes: int) -> list[Candidate]:
+    """Allgather of ``nbytes`` in all: the registry's, and a ring along the searched order."""
+    p = net.p
+    out: list[Candidate] = []
+    blk = nbytes // (ITEMSIZE * p)
+    if blk < 1:
+        raise ValueError(f"size {nbytes} B is under one element per rank")
+    for name in registry.REGISTRY["allgather"]:
+        if name == "linear" and p > LINEAR_MAX:
+            continue
+        out.append(_registry("allgather", name, p, _gather_spec(p, blk)))
+    rings = search.find_rings(net, 1)
+    if rings and rings[0][0] != list(range(p)):
+        order = rings[0][0]
+        displs = tuple(order[u] * blk for u in range(p))
+        out.append(Candidate(
+            "ring(searched)", "ring", f"ring allgather along {_fmt(order)}",
+            plans.on_order(lambda v: registry.build("allgather", "ring", Spec(
+                p, v, blk, counts=(blk,) * p, displs=displs)), order), False, p))
+    return out
+
+
+def _reduce_candidates(net: Network, n: int, root: int) -> list[Candidate]:
+    """Reduce of ``n`` elements to ``root``: the registry's schedules."""
+    p = net.p
+    out: list[Candidate] = []
+    for name in registry.REGISTRY["reduce"]:
+        if name != "linear" or p <= LINEAR_MAX:
+            out.append(_registry("reduce", name, p, lambda r: Spec(p, r, n, root)))
+    return out
+
+
+def _allreduce_candidates(net: Network, n: int) -> list[Candidate]:
+    """Allreduce of ``n`` elements: the registry's, searched rings, hierarchical plans."""
+    p = net.p
+    out: list[Candidate] = []
+    for name in registry.REGISTRY["allreduce"]:
+        if name != "linear" or p <= LINEAR_MAX:
+            out.append(_registry("allreduce", name, p, lambda r: Spec(p, r, n)))
+    rings = search.find_rings(net)
+    if rings and (rings[0][0] != list(range(p))):
+        order = rings[0][0]
+        out.append(Candidate(
+            "ring(searched)", "ring", f"ring allreduce along {_fmt(order)} (bottleneck "
+            f"{rings[0][1] / 1e9:.3g} GB/s)",
+            plans.on_order(lambda v: registry.build("allreduce", "ring", Spec(p, v, n)),
+                           order), False, 2 * p))
+    if len(rings) > 1:
+        for k in range(2, len(rings) + 1):
+            orders = [o for o, _ in rings[:k]]
+            weights = [b for _, b in rings[:k]]
             out.append(Candidate(
-                "ring(searched)", "ring", f"ring allreduce along {_fmt(order)} (bottleneck "
-                f"{rings[0][1] / 1e9:.3g} GB/s)",
-                plans.on_order(lambda v: registry.build("allreduce", "ring", Spec(p, v, n)),
-                               order), False, 2 * p))
-        if len(rings) > 1:
-            for k in range(2, len(rings) + 1):
-                orders = [o for o, _ in rings[:k]]
-                weights = [b for _, b in rings[:k]]
-                out.append(Candidate(
-                    f"rings x{k}", "ring", f"{k} concurrent ring allreduces on bandwidth-"
-                    f"weighted slices: " + "; ".join(_fmt(o) for o in orders),
-                    plans.multi_ring_allreduce(orders, weights, n), False, 2 * p))
-        groups = _host_groups(net)
-        if groups is not None:
-            for inter in ("ring", "rabenseifner"):
-                h = len(groups)
-                steps = (2 * (h - 1) if inter == "ring" else 2 * h.bit_length()) + 4 * len(
-                    groups[0])
-                out.append(Candidate(
-                    f"hier({inter})", f"reduce_scatter/ring+allreduce/{inter}+allgather/ring",
-                    f"reduce-scatter in each of {h} hosts, {inter} allreduce of each shard "
-                    "across hosts, allgather in each host",
-                    plans.hierarchical_allreduce(groups, n, inter), False, steps))
-        return out
-    # bcast
+                f"rings x{k}", "ring", f"{k} concurrent ring allreduces on bandwidth-"
+                f"weighted slices: " + "; ".join(_fmt(o) for o in orders),
+                plans.multi_ring_allreduce(orders, weights, n), False, 2 * p))
+    groups = _host_groups(net)
+    if groups is not None:
+        for inter in ("ring", "rabenseifner"):
+            h = len(groups)
+            steps = (2 * (h - 1) if inter == "ring" else 2 * h.bit_length()) + 4 * len(
+                groups[0])
+            out.append(Candidate(
+                f"hier({inter})", f"reduce_scatter/ring+allreduce/{inter}+allgather/ring",
+                f"reduce-scatter in each of {h} hosts, {inter} allreduce of each shard "
+                "across hosts, allgather in each host",
+                plans.hierarchical_allreduce(groups, n, inter), False, steps))
+    return out
+
+
+def _bcast_candidates(net: Network, n: int, root: int, seg: int,
+                      search_trees: bool) -> list[Candidate]:
+    """Bcast of ``n`` elements from ``root`` in segments of ``seg``: the registry's, trees
+    along the locality order (and a searched one), a chain along a ring, the seed plans,
+    hierarchical plans."""
+    p = net.p
+    out: list[Candidate] = []
     for name in registry.REGISTRY["bcast"]:
         if name != "linear" or p <= LINEAR_MAX:
             out.append(_registry("bcast", name, p, lambda r: Spec(p, r, n, root, segment=seg),
