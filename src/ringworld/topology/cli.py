@@ -26,6 +26,7 @@ import argparse
 import json
 import math
 import sys
+from typing import TYPE_CHECKING
 
 from ringworld._argtypes import positive_int
 from ringworld.bench.pingpong import parse_size, parse_sizes
@@ -33,6 +34,9 @@ from ringworld.errors import ConfigError
 from ringworld.topology.model import TopologyError, dump, to_json
 from ringworld.topology.presets import PATTERNS, PRESETS
 from ringworld.tuning.cost import Constants
+
+if TYPE_CHECKING:
+    from ringworld.topology.calibrate import Comparison
 
 # what calibrate times by default: the collectives ``ringworld bench`` reports
 DEFAULT_COLLECTIVES = "allreduce,bcast,allgather,reduce_scatter_block,alltoall"
@@ -131,10 +135,6 @@ def _constants_line(c: Constants) -> str:
 def run_calibrate(args: argparse.Namespace) -> int:
     """Handle ``ringworld calibrate``."""
     from ringworld.topology import calibrate
-    from ringworld.tuning import constants as tuning_constants
-
-    path = args.constants
-    c = None
     from ringworld.topology.measure_rank import ALGORITHMS
 
     collectives = args.collectives.split(",")
@@ -143,33 +143,8 @@ def run_calibrate(args: argparse.Namespace) -> int:
         print(f"ringworld calibrate: --collectives: unknown {', '.join(unknown)} (known: "
               f"{', '.join(ALGORITHMS)})", file=sys.stderr)
         return 2
-    held_out: list[dict[str, float]] | None = None  # with --fit --compare: measured alongside
     try:
-        if args.fit and path:
-            c = tuning_constants.load(path).get(args.transport)
-        if c is None and (args.fit or not args.compare or args.save):
-            print(f"measuring {args.transport} ...", file=sys.stderr, flush=True)
-            c = calibrate.calibrate(args.transport)
-            print(_constants_line(c))
-        if args.fit:
-            assert c is not None
-            print(f"timing {', '.join(collectives)} at {len(args.sizes)} sizes on {args.np} "
-                  f"ranks to fit against, in {args.jobs} job(s)"
-                  + (", alternating with as many held-out jobs to compare against"
-                     if args.compare else "") + " ...", file=sys.stderr, flush=True)
-            if args.compare:
-                measured, held_out = calibrate.measure_held_out(
-                    args.np, args.sizes, args.compare_sizes or args.sizes, collectives,
-                    args.transport, jobs=args.jobs)
-            else:
-                measured = calibrate.measure_collectives(args.np, args.sizes, collectives,
-                                                         args.transport, jobs=args.jobs)
-            fitted = calibrate.fit(measured, c, args.np)
-            c = fitted.constants
-            print(f"fitted to {len(measured)} measured calls: rms log error "
-                  f"{fitted.rms_before:.2f} -> {fitted.rms_after:.2f}, worst |predicted/measured"
-                  f" - 1| {fitted.worst_before:.0%} -> {fitted.worst_after:.0%}")
-            print(_constants_line(c))
+        c, held_out = _calibrated_constants(args, collectives)
     except (RuntimeError, ConfigError) as exc:
         print(f"ringworld calibrate: {exc}", file=sys.stderr)
         return 1
@@ -186,10 +161,59 @@ def run_calibrate(args: argparse.Namespace) -> int:
         else:
             print(f"comparing with {args.jobs} new job(s) ...", file=sys.stderr, flush=True)
             rows = calibrate.compare(args.np, args.compare_sizes or args.sizes, collectives,
-                                     path, args.transport, constants=c, jobs=args.jobs)
+                                     args.constants, args.transport, constants=c,
+                                     jobs=args.jobs)
     except (RuntimeError, ConfigError) as exc:
         print(f"ringworld calibrate: {exc}", file=sys.stderr)
         return 1
+    _print_comparison(rows, args.jobs)
+    return _write_comparison(rows, args)
+
+
+def _calibrated_constants(
+    args: argparse.Namespace, collectives: list[str],
+) -> tuple[Constants | None, list[dict[str, float]] | None]:
+    """The constants ``calibrate`` reports: loaded (``--fit --constants``) or measured, then
+    fitted with ``--fit``; and, with ``--fit --compare``, the held-out jobs measured alongside.
+
+    Raises:
+        RuntimeError, ConfigError: a measurement failed.
+    """
+    from ringworld.topology import calibrate
+    from ringworld.tuning import constants as tuning_constants
+
+    c = None
+    held_out: list[dict[str, float]] | None = None  # with --fit --compare: measured alongside
+    if args.fit and args.constants:
+        c = tuning_constants.load(args.constants).get(args.transport)
+    if c is None and (args.fit or not args.compare or args.save):
+        print(f"measuring {args.transport} ...", file=sys.stderr, flush=True)
+        c = calibrate.calibrate(args.transport)
+        print(_constants_line(c))
+    if args.fit:
+        assert c is not None
+        print(f"timing {', '.join(collectives)} at {len(args.sizes)} sizes on {args.np} "
+              f"ranks to fit against, in {args.jobs} job(s)"
+              + (", alternating with as many held-out jobs to compare against"
+                 if args.compare else "") + " ...", file=sys.stderr, flush=True)
+        if args.compare:
+            measured, held_out = calibrate.measure_held_out(
+                args.np, args.sizes, args.compare_sizes or args.sizes, collectives,
+                args.transport, jobs=args.jobs)
+        else:
+            measured = calibrate.measure_collectives(args.np, args.sizes, collectives,
+                                                     args.transport, jobs=args.jobs)
+        fitted = calibrate.fit(measured, c, args.np)
+        c = fitted.constants
+        print(f"fitted to {len(measured)} measured calls: rms log error "
+              f"{fitted.rms_before:.2f} -> {fitted.rms_after:.2f}, worst |predicted/measured"
+              f" - 1| {fitted.worst_before:.0%} -> {fitted.worst_after:.0%}")
+        print(_constants_line(c))
+    return c, held_out
+
+
+def _print_comparison(rows: list[Comparison], jobs: int) -> None:
+    """Print predicted against measured times, row by row, then how many came within 25%."""
     w = max([len("collective"), *(len(r.collective) for r in rows)]) + 1
     print(f"{'collective':<{w}}{'algorithm':<20}{'bytes':>10}{'predicted':>14}{'measured':>14}"
           f"{'pred/meas':>10}{'job spread':>12}")
@@ -198,7 +222,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
               f"{_ms(r.measured)}{r.ratio:10.2f}{r.spread:11.2f}x")
     near = sum(1 for r in rows if abs(r.ratio - 1) <= 0.25)
     print(f"{near} of {len(rows)} predictions within 25% of the measured median of "
-          f"{args.jobs} job(s)")
+          f"{jobs} job(s)")
     by_algo: dict[str, list[int]] = {}
     for r in rows:
         got = by_algo.setdefault(r.algorithm, [0, 0])
@@ -206,6 +230,10 @@ def run_calibrate(args: argparse.Namespace) -> int:
         got[1] += 1
     print("  by algorithm: " + ", ".join(f"{a} {k} of {n}" for a, (k, n) in by_algo.items())
           + (" (shm: what blocking calls on one host run)" if "shm" in by_algo else ""))
+
+
+def _write_comparison(rows: list[Comparison], args: argparse.Namespace) -> int:
+    """Write the comparison's ``--plot`` and ``--json`` files; return the exit status."""
     if args.plot:
         from ringworld.topology.plot import PlotUnavailable, plot_comparison
 
