@@ -7,6 +7,7 @@ is checked, as is every rank taking the same path on every call."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from typing import Any
@@ -17,6 +18,12 @@ import pytest
 import ringworld
 from ringworld.algorithms import shm
 from ringworld.testing import run_processes
+from ringworld.tuning.shm_paths import DEFAULT
+
+
+def _raced_from(nbytes: int, **more: Any) -> shm.Policy:
+    """The default policy, with every raced collective raced from ``nbytes``."""
+    return dataclasses.replace(DEFAULT, race_min=dict.fromkeys(shm.RACED, nbytes), **more)
 
 
 def _feed(rec: Any, calls: int, cost: Callable[[bool], float]) -> list[bool]:
@@ -95,9 +102,10 @@ def test_a_try_that_is_only_noise_does_not_take_over() -> None:
 SLOW = 0.004  # seconds added to every call of the path made slow
 
 
-def _race_job(comm: ringworld.Communicator, slow: str) -> dict[str, Any]:
+def _race_job(comm: ringworld.Communicator, slow: str, policy: shm.Policy) -> dict[str, Any]:
     """Many calls of each raced collective, one path slowed; returns the paths taken per call
     and the wrong results found."""
+    comm.selector.shm_policy = policy  # before the windows are mapped
     p, r = comm.size, comm.rank
     paths: list[str] = []
     race = shm.Arena.race
@@ -149,8 +157,8 @@ def _race_job(comm: ringworld.Communicator, slow: str) -> dict[str, Any]:
 @pytest.mark.parametrize("size", [2, 3])
 def test_every_rank_takes_the_path_rank_0_finds_faster(size: int, slow: str,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(shm, "RACE_MIN", (4096, 4096, 4096))  # inherited by the forked ranks
-    results = run_processes(size, _race_job, slow, transport="shm", timeout=120)
+    results = run_processes(size, _race_job, slow, _raced_from(4096), transport="shm",
+                            timeout=120)
     if not all(res["direct"] for res in results):
         pytest.skip("this machine does not let ranks read each other's memory")
     assert [e for res in results for e in res["errors"]] == []
@@ -167,7 +175,9 @@ def test_every_rank_takes_the_path_rank_0_finds_faster(size: int, slow: str,
         assert fast in seq[-shm.RACE_TRY - 1 :]
 
 
-def _off_job(comm: ringworld.Communicator, crowded: bool) -> tuple[int, bool, bool]:
+def _off_job(comm: ringworld.Communicator, crowded: bool,
+             policy: shm.Policy) -> tuple[int, bool, bool]:
+    comm.selector.shm_policy = policy
     warm = np.zeros(4)
     comm.allreduce(warm.copy(), warm)  # maps the windows
     arena: Any = comm._arena
@@ -184,37 +194,36 @@ def _off_job(comm: ringworld.Communicator, crowded: bool) -> tuple[int, bool, bo
 @pytest.mark.parametrize(("race", "crowded"), [(False, False), (True, True)])
 def test_no_race_when_off_or_crowded(race: bool, crowded: bool,
                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(shm, "RACE", race)
-    monkeypatch.setattr(shm, "RACE_MIN", (4096, 4096, 4096))
-    results = run_processes(2, _off_job, crowded, transport="shm", timeout=60)
+    results = run_processes(2, _off_job, crowded, _raced_from(4096, race=race),
+                            transport="shm", timeout=60)
     assert [r[:2] for r in results] == [(0, True), (0, True)]
 
 
 def test_no_race_from_race_max_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(shm, "RACE_MIN", (4096, 4096, 4096))
-    monkeypatch.setattr(shm, "RACE_MAX", 64 << 10)  # the job's alltoall moves 1.6 MB per rank
-    results = run_processes(2, _off_job, False, transport="shm", timeout=60)
+    # the job's alltoall moves 1.6 MB per rank
+    results = run_processes(2, _off_job, False, _raced_from(4096, race_max=64 << 10),
+                            transport="shm", timeout=60)
     assert [r[:2] for r in results] == [(0, True), (0, True)]
 
 
 def test_race_on_and_not_crowded_races(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(shm, "RACE_MIN", (4096, 4096, 4096))
-    results = run_processes(2, _off_job, False, transport="shm", timeout=60)
+    results = run_processes(2, _off_job, False, _raced_from(4096), transport="shm", timeout=60)
     if not results[0][2]:
         pytest.skip("this machine does not let ranks read each other's memory")
     assert [r[:2] for r in results] == [(1, True), (0, True)]  # rank 0 keeps the times
 
 
-def _after_mismatch(comm: ringworld.Communicator) -> dict[str, Any]:
-    """A mismatched alltoall (rank 0 raced, the others below RACE_MIN), then raced calls with
+def _after_mismatch(comm: ringworld.Communicator, policy: shm.Policy) -> dict[str, Any]:
+    """A mismatched alltoall (rank 0 raced, the others below race_min), then raced calls with
     the window path (the default at these sizes) slowed, so that rank 0's picks leave it."""
+    comm.selector.shm_policy = policy
     p, r = comm.size, comm.rank
     paths: list[str] = []
     race = shm.Arena.race
 
     def racing(self: shm.Arena, kind: int, nbytes: int, default: bool) -> bool:
         direct = race(self, kind, nbytes, default)
-        if nbytes >= shm.RACE_MIN[kind]:
+        if nbytes >= policy.race_min[shm.RACED[kind]]:
             paths.append("direct" if direct else "window")
             if not direct:
                 time.sleep(SLOW)
@@ -251,8 +260,8 @@ def _after_mismatch(comm: ringworld.Communicator) -> dict[str, Any]:
 
 
 def test_ranks_agree_on_the_paths_after_a_mismatch(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(shm, "RACE_MIN", (16384, 16384, 16384))
-    results = run_processes(2, _after_mismatch, transport="shm", timeout=120)
+    results = run_processes(2, _after_mismatch, _raced_from(16384), transport="shm",
+                            timeout=120)
     if not all(res["direct"] for res in results):
         pytest.skip("this machine does not let ranks read each other's memory")
     assert [e for res in results for e in res["errors"]] == []

@@ -16,10 +16,12 @@ from coll_support import AFFINE, AFFINE_OP, P_AFF, affine
 import ringworld
 from ringworld import runtime
 from ringworld.algorithms import shm
+from ringworld.algorithms.shm_policy import DIRECT, Policy
 from ringworld.testing import run_processes
 
 
-def _direct(comm: ringworld.Communicator) -> list[str]:
+def _direct(comm: ringworld.Communicator, policy: Policy) -> list[str]:
+    comm.selector.shm_policy = policy  # before the windows are mapped
     p, r = comm.size, comm.rank
     errors: list[str] = []
     n = 5000 + 7  # elements per rank block: not a multiple of anything convenient
@@ -115,15 +117,12 @@ def _direct(comm: ringworld.Communicator) -> list[str]:
 
 @pytest.mark.parametrize("size", [2, 3, 5])
 def test_direct_reads(size: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(shm, "DIRECT_MIN_BCAST", 4096)  # inherited by the forked ranks
-    for name in ("DIRECT_MIN_ALLTOALL", "DIRECT_MIN_ALLGATHER", "DIRECT_MIN_REDUCE_SCATTER",
-                 "DIRECT_MIN_ALLTOALL_CROWDED", "DIRECT_MIN_ALLGATHER_CROWDED",
-                 "DIRECT_MIN_REDUCE_SCATTER_CROWDED"):  # 3 and 5 ranks share the cores here
-        monkeypatch.setattr(shm, name, 4096)
+    # every direct path from 4 KiB, also where ranks share cores (3 and 5 do here)
+    low = dict.fromkeys(DIRECT, 4096)
+    policy = Policy(direct=low, direct_crowded=low, race=False)
     monkeypatch.setattr(shm, "GATHER_WHOLE", 4096)  # blocks of 40 KB go in 10 uneven pieces
-    monkeypatch.setattr(shm, "GATHER_PIECE", 4100)
-    monkeypatch.setattr(shm, "DIRECT_MIN_ALLREDUCE", 4096)
-    results = run_processes(size, _direct, transport="shm", timeout=60)
+    monkeypatch.setattr(shm, "GATHER_PIECE", 4100)  # (inherited by the forked ranks)
+    results = run_processes(size, _direct, policy, transport="shm", timeout=60)
     assert [e for errs in results for e in errs] == []
 
 

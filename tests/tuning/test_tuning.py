@@ -105,17 +105,15 @@ def test_small_broadcasts_take_shared_memory() -> None:
 
 def test_shared_memory_model_follows_the_algorithms_sizes() -> None:
     from ringworld.algorithms import shm
+    from ringworld.tuning import shm_paths
     from ringworld.tuning.cost import SHM_CHUNK, SHM_DIRECT, SHM_RACE, SHM_RACE_MAX, SHM_SMALL
 
     assert (SHM_CHUNK, SHM_SMALL) == (shm.CHUNK, shm.SMALL)
-    assert SHM_DIRECT == {"allreduce": shm.DIRECT_MIN_ALLREDUCE, "bcast": shm.DIRECT_MIN_BCAST,
-                          "allgather": shm.DIRECT_MIN_ALLGATHER,
-                          "alltoall": shm.DIRECT_MIN_ALLTOALL,
-                          "reduce_scatter_block": shm.DIRECT_MIN_REDUCE_SCATTER}
-    raced = {"alltoall": shm.RACE_MIN[shm.RACE_ALLTOALL],
-             "allgather": shm.RACE_MIN[shm.RACE_ALLGATHER],
-             "reduce_scatter_block": shm.RACE_MIN[shm.RACE_REDUCE_SCATTER]}
-    assert raced == SHM_RACE and SHM_RACE_MAX == shm.RACE_MAX
+    # the model predicts the policy every communicator's arena is handed by default
+    policy = Selector(constants.DEFAULTS).shm_policy
+    assert policy is shm_paths.DEFAULT
+    assert dict(policy.direct) == SHM_DIRECT and set(SHM_DIRECT) == set(shm.DIRECT)
+    assert dict(policy.race_min) == SHM_RACE and policy.race_max == SHM_RACE_MAX
     # from the direct-read size on (or where the paths race), bytes move by kernel reads
     # (counted as read, at read_rate) instead of through the windows (counted as copied)
     c = Constants(step=0, message=0, bandwidth=4e9, reduce_rate=1e20, copy_rate=1e20, sync=0)
@@ -140,10 +138,9 @@ def test_shared_memory_model_follows_the_algorithms_sizes() -> None:
     # ranks that share cores: later direct paths (never for reduce_scatter_block), no race
     from ringworld.tuning.cost import SHM_DIRECT_CROWDED
 
-    crowded = {"alltoall": shm.DIRECT_MIN_ALLTOALL_CROWDED,
-               "allgather": shm.DIRECT_MIN_ALLGATHER_CROWDED, "reduce_scatter_block": math.inf}
-    assert crowded == SHM_DIRECT_CROWDED
-    assert shm.DIRECT_MIN_REDUCE_SCATTER_CROWDED >= 1 << 60  # never
+    assert {c: policy.direct_from(c, True) for c in shm.DIRECT} == SHM_DIRECT_CROWDED
+    assert SHM_DIRECT_CROWDED["reduce_scatter_block"] == math.inf  # never
+    assert all(not policy.races(c, int(SHM_RACE[c]), crowded=True) for c in SHM_RACE)
     for coll, direct in SHM_DIRECT.items():
         size = int(min(SHM_DIRECT_CROWDED.get(coll, direct), 1 << 30))
         n = size // 4 if coll == "alltoall" else size  # alltoall: the send buffer of 4 ranks

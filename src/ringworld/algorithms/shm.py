@@ -26,14 +26,13 @@ follow the same pattern. Rules that keep back-to-back collectives safe without e
 area 0 is written only before a collective's first sync and read only before its last; area 1
 is written only after its first sync.
 
-Large copy-only transfers (alltoall from DIRECT_MIN_ALLTOALL bytes per rank, allgather blocks
-from DIRECT_MIN_ALLGATHER, larger where ranks share cores; bcast from DIRECT_MIN_BCAST bytes)
-skip the windows when the kernel lets ranks read and write each other's memory (probed once,
-agreed by all): each rank publishes its buffer's address, and peers copy straight out of it
-(one copy instead of two), with a sync before anyone may touch its buffer again; in an
-allgather each rank instead writes its block into the others' buffers, a piece at a time just
-after copying it into its own. Reduce_scatter_block from DIRECT_MIN_REDUCE_SCATTER bytes per
-block and allreduce from DIRECT_MIN_ALLREDUCE bytes read their slice of the others' inputs the
+Large copy-only transfers (alltoall, allgather and bcast from sizes the arena's Policy gives,
+larger where ranks share cores: see ``ringworld.tuning.shm_paths``) skip the windows when the
+kernel lets ranks read and write each other's memory (probed once, agreed by all): each rank
+publishes its buffer's address, and peers copy straight out of it (one copy instead of two),
+with a sync before anyone may touch its buffer again; in an allgather each rank instead writes
+its block into the others' buffers, a piece at a time just after copying it into its own.
+Reduce_scatter_block and allreduce from their sizes read their slice of the others' inputs the
 same way (allreduce then the others' results too). In a broadcast the root, which would be
 idle, writes the first 1/p of the data into every other rank's buffer while they read the rest.
 Other broadcasts stream (see ``_stream``): the root fills a ring of pieces while the others
@@ -63,6 +62,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ringworld.algorithms.schedule import blocks
+from ringworld.algorithms.shm_policy import CHUNK, DIRECT, RACED, SMALL, Policy
 from ringworld.comm.ops import Op
 from ringworld.errors import CommBroken, CommError, MismatchError, PeerFailure, TransportError
 
@@ -74,34 +74,7 @@ Array = np.ndarray[Any, Any]
 HEADER = 4096
 PAGE = 4096
 MAX_RANKS = HEADER // 8 - 64  # one header word per peer (consumed counters from word 64)
-# Bytes per transfer from which peers' buffers are copied directly (one copy, by the kernel)
-# rather than through the windows (two copies): measured here, direct copies run at 3-5 GB/s,
-# below two in-cache copies for smaller blocks but ahead once blocks leave the cache.
 PIECE = 1 << 18  # streamed broadcasts move pieces this large (they stay in cache)
-# alltoall, bytes per rank: below this the windows' three in-cache copies beat one copy plus a
-# direct read. Where ranks have cores of their own that is 1 MiB: the windows' copies between
-# cores ran 2-3x slower in most jobs on the reference VM (np=2, 1 MiB: windows 280-311 us in
-# four jobs of five and 102 in the fifth, direct reads 140-162 in all five). Ranks that share
-# cores copy at one core's speed either way: np=4 on 2 cores, 1 MiB 0.49-0.75 ms against
-# 0.61-0.72, 4 MiB 3.0-3.5 ms against 2.2-2.5.
-DIRECT_MIN_ALLTOALL = 1 << 20
-DIRECT_MIN_ALLTOALL_CROWDED = 4 << 20
-# bcast: the root writes 1/p of the data into each other rank while they read the rest, so both
-# sides copy at once; that beat the streamed broadcast from 1 MiB up, np=2 and np=4 (np=2:
-# 1 MiB 0.11 ms against 0.12, 16 MiB 2.1-2.6 ms against 2.8-3.9, 64 MiB 9.1-10.3 against 11-14)
-DIRECT_MIN_BCAST = 1 << 20
-# allgather, bytes per block: as alltoall (np=2, 1 MiB: windows 283-310 us in four jobs of five
-# and 107 in the fifth, direct 148-185); on shared cores from 2 MiB blocks (np=4 on 2 cores,
-# 2 MiB: windows 0.70-0.97 ms against 0.89-1.23, 4 MiB 2.0-2.4 against 2.0-2.1)
-DIRECT_MIN_ALLGATHER = 512 << 10
-DIRECT_MIN_ALLGATHER_CROWDED = 2 << 20
-# reduce_scatter_block, bytes per block: each rank reads its block of the others' inputs and
-# combines them in rank order into its output (one kernel copy per peer and block instead of a
-# copy into the windows and a cross-core read). Measured np=2 in five jobs at 1 MiB: direct
-# 179-209 us, windows 265-287 in four and 137 in the fifth; from 16 MiB a tie. On shared cores
-# the windows stay (direct copies gain nothing when the ranks take turns on one core).
-DIRECT_MIN_REDUCE_SCATTER = 512 << 10
-DIRECT_MIN_REDUCE_SCATTER_CROWDED = 1 << 62
 # the pieces of a direct allgather: each is copied to the rank's own recv and then written to
 # the others' while it is still in cache. Blocks of up to GATHER_WHOLE go whole, larger ones in
 # GATHER_PIECE pieces (np=2, same job, medians of five: 8 MiB allgather 217 us whole, 260 in
@@ -110,25 +83,9 @@ DIRECT_MIN_REDUCE_SCATTER_CROWDED = 1 << 62
 # On an earlier VM: 64 MiB 12.4 ms with 4 MiB pieces, 13.3 whole, 13.5 reading from the peer)
 GATHER_WHOLE = 4 << 20
 GATHER_PIECE = 512 << 10
-# allreduce: from this size each rank reads its slice of the others' inputs and then the others'
-# results straight from their buffers (see _allreduce_direct)
-DIRECT_MIN_ALLREDUCE = 8 << 20
-# Where both the direct and the window path may win, rank 0 times them as they run and every
-# rank takes the faster (see Arena.race): on the reference VM the window copies between cores
-# ran at one speed in some jobs (np=2, 1 MiB alltoall: windows 110-148 us, direct 152-174) and
-# 2-3x slower in others, or later in the same job (windows 330-400 us). Raced from half the
-# direct threshold of non-crowded jobs: RACE_MIN[kind], bytes per transfer as the thresholds.
-# Crowded jobs do not race: ranks taking turns on the cores copy at one core's speed either way
-# (np=4 on 2 cores, 1 MiB, same job: raced 0.59-0.96 ms, direct 0.57-0.98, windows 0.57-0.93;
-# the race only added its tries).
-RACE_ALLTOALL, RACE_ALLGATHER, RACE_REDUCE_SCATTER = 0, 1, 2
-RACE_MIN = (DIRECT_MIN_ALLTOALL // 2, DIRECT_MIN_ALLGATHER // 2, DIRECT_MIN_REDUCE_SCATTER // 2)
-# ... and up to here (exclusive): from 8 MiB per transfer the windows lost by 2x in every
-# same-job measurement (np=2, 8 and 16 MiB: allgather, reduce_scatter_block and alltoall,
-# windows 1.4-2.2 ms against direct 0.75-1.1 at 16 MiB), while the race's tries of them cost
-# 2-5% of the time; there the default (direct) path runs alone
-RACE_MAX = 8 << 20
-RACE = True  # off: the thresholds alone decide (tests force each path this way)
+# Which path a call takes (windows or direct copies, raced or not) is the Policy the arena
+# is handed (ringworld.tuning.shm_paths.DEFAULT: the measured sizes, and why)
+RACE_ALLTOALL, RACE_ALLGATHER, RACE_REDUCE_SCATTER = 0, 1, 2  # indices: RACED order
 RACE_WORD = 16  # header words 16..21: rank 0's picks, by collective and call parity
 RACE_KEEP = 3  # times kept per path: the estimate is their median
 RACE_TRY = 2  # calls of a try of the slower path
@@ -137,7 +94,6 @@ RACE_FIRST, RACE_LAST = 4, 256  # calls between tries (growing while the tried p
 # of the time (np=2 alltoall at 16-64 MiB, where the windows took 2x the direct path's time:
 # 10 of 165 calls on the windows with plain doubling up to 64, a 6% loss; now 4)
 RACE_COST = 0.02
-SMALL = 16384
 # small broadcasts go through a ring of this many entries (SMALL bytes each) in the root's
 # window, without a sync: the root returns once its data is in the ring (see Arena.eager_bcast)
 EAGER_RING = 8
@@ -153,17 +109,17 @@ REFUSED = 1 << 62  # in a sync's call-number word: this rank, the root, refuses 
 REFUSED_KIND = 7  # header word: 1 ValueError, 2 TypeError (the refusal's text at FAILED_TEXT)
 FAILED_TEXT_BYTES = 192
 SEQ_MASK = 0x7FFFFFFF
-CHUNK = 2 << 20
 INLINE_SPIN = 256  # a few microseconds of counter checks (see Arena.sync)
 
 
 class Arena:
     """The shared windows of one communicator and the flag barrier over them."""
 
-    def __init__(self, comm: Communicator, barrier: Callable[[], None],
+    def __init__(self, comm: Communicator, barrier: Callable[[], None], policy: Policy,
                  chunk: int = CHUNK) -> None:
         self.comm = comm
         self.chunk = chunk
+        self.policy = policy
         base = HEADER + 2 * SMALL
         span = chunk + PAGE  # an area: a chunk, placed at any offset within a page
         views = comm.map_shared(base + 2 * span + EAGER_RING * SMALL, "arena", barrier)
@@ -207,6 +163,8 @@ class Arena:
         # ranks' core counts are exchanged at start-up), as it picks between paths that every
         # rank must take alike
         self.crowded = comm.oversubscribed
+        # per collective, the size from which it takes the direct path (tuning's policy)
+        self.direct_min = {c: policy.direct_from(c, self.crowded) for c in DIRECT}
         self.direct = self._probe_direct()
         comm.describe_calls(weakref.WeakMethod(self._describe))
         self._races = [0, 0, 0]  # raced calls so far, by collective (the same on every rank)
@@ -219,7 +177,8 @@ class Arena:
         """Whether this call of collective ``kind`` (RACE_*) takes the direct path.
 
         ``default`` is what the thresholds say, and the path of a size class's first calls
-        (and of every call in a crowded job, or of RACE_MAX bytes or more).
+        (and of every call the policy does not race: a crowded job's, or one too small or too
+        large).
         Rank 0 times every call (see :meth:`raced`) and keeps, per collective and power-of-two
         size class, the last times of each path; the faster path is taken, the other tried
         again now and then, as the machine may change speed (see :class:`_Race`).
@@ -232,7 +191,7 @@ class Arena:
         before call c + 1. Collective: every rank must call it for the same calls. Cost: a few
         microseconds on rank 0.
         """
-        if not RACE or not RACE_MIN[kind] <= nbytes < RACE_MAX or self.crowded:
+        if not self.policy.races(RACED[kind], nbytes, self.crowded):
             self._racing = None
             return default
         c = self._races[kind]
@@ -463,8 +422,8 @@ class Arena:
             for c in self._ctr:
                 if c[at] != sig[0] or c[at + 1] != word:
                     # every rank raises here; the calls may have counted raced calls apart
-                    # (sizes on either side of RACE_MIN): count afresh, all reading the same
-                    # pick words (rank 0's last writes, before this sync)
+                    # (sizes on either side of the policy's race_min): count afresh, all
+                    # reading the same pick words (rank 0's last writes, before this sync)
                     self._races = [0, 0, 0]
                     seen = [(c[at], c[at + 1]) for c in self._ctr]
                     if all(b == sig[0] and k & 0xFFFFFFFF == sig[1] for b, k in seen):
@@ -864,7 +823,7 @@ def allreduce(a: Arena, send: Array, recv: Array, op: Op) -> None:
         else:
             _combine_in_rank_order(op, recv, slot)
         return
-    if a.direct and recv.nbytes >= DIRECT_MIN_ALLREDUCE:
+    if a.direct and recv.nbytes >= a.direct_min["allreduce"]:
         _allreduce_direct(a, send, recv, op)
         return
     inplace = np.shares_memory(send, recv)
@@ -1001,7 +960,7 @@ def bcast(a: Arena, buf: Array, root: int) -> None:
     if buf.nbytes <= SMALL:
         a.eager_bcast(buf if buf.ndim == 1 else buf.reshape(-1), root)
         return
-    if a.direct and buf.nbytes >= DIRECT_MIN_BCAST:
+    if a.direct and buf.nbytes >= a.direct_min["bcast"]:
         # every rank publishes its buffer; the root, idle otherwise, writes the first 1/p of
         # the data into every other rank's buffer while each of them reads the rest: both
         # sides copy at once ((p-1)/p of the bytes each, rather than the receivers all of them)
@@ -1123,8 +1082,8 @@ def allgather(a: Arena, send: Array, recv: Array) -> None:
         for i in range(p):
             recv[i * n : (i + 1) * n] = sl[i]
         return
-    if a.direct and a.race(RACE_ALLGATHER, send.nbytes, send.nbytes >= (
-            DIRECT_MIN_ALLGATHER_CROWDED if a.crowded else DIRECT_MIN_ALLGATHER)):
+    if a.direct and a.race(RACE_ALLGATHER, send.nbytes,
+                           send.nbytes >= a.direct_min["allgather"]):
         # each rank writes its block into every other rank's recv, a piece at a time right
         # after copying the piece into its own: the piece is read from memory once, not p times
         a.publish(0, recv)
@@ -1169,8 +1128,8 @@ def reduce_scatter_block(a: Arena, send: Array, recv: Array, op: Op) -> None:
         own = slice(r * n, (r + 1) * n)
         _combine_in_rank_order(op, recv, [s[own] for s in slot])
         return
-    if a.direct and a.race(RACE_REDUCE_SCATTER, recv.nbytes, recv.nbytes >= (
-            DIRECT_MIN_REDUCE_SCATTER_CROWDED if a.crowded else DIRECT_MIN_REDUCE_SCATTER)):
+    if a.direct and a.race(RACE_REDUCE_SCATTER, recv.nbytes,
+                           recv.nbytes >= a.direct_min["reduce_scatter_block"]):
         a.publish(0, send)
         a.sync()
         _combine_slice(a, send, recv, r * n, op)
@@ -1200,8 +1159,8 @@ def alltoall(a: Arena, send: Array, recv: Array) -> None:
         for i in range(p):
             recv[i * n : (i + 1) * n] = slot[i][r * n : (r + 1) * n]
         return
-    if a.direct and a.race(RACE_ALLTOALL, send.nbytes, send.nbytes >= (
-            DIRECT_MIN_ALLTOALL_CROWDED if a.crowded else DIRECT_MIN_ALLTOALL)):
+    if a.direct and a.race(RACE_ALLTOALL, send.nbytes,
+                           send.nbytes >= a.direct_min["alltoall"]):
         a.publish(0, send)
         a.sync()
         for i in range(p):

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, Self
 from ringworld._lazy import LazyModule
 from ringworld.algorithms import registry
 from ringworld.algorithms.schedule import Spec
+from ringworld.algorithms.shm_policy import SMALL
 from ringworld.collective.markers import IN_PLACE, UNDEFINED
 from ringworld.collective.objects import ObjectCollectives
 from ringworld.comm import ops
@@ -128,7 +129,8 @@ class Communicator(ObjectCollectives):
             # the call, so a rank in another call at the same number is caught as a mismatch
             setup = f"{what} (shm: setting up the shared windows)"
             try:
-                self._arena = shm.Arena(self, lambda: self._dissemination(timeout, setup))
+                self._arena = shm.Arena(self, lambda: self._dissemination(timeout, setup),
+                                         self.selector.shm_policy)
             except Timeout as exc:
                 raise Timeout(f"{what} (shm) on {self.name}: setting up shared memory: "
                               f"{exc}") from exc
@@ -465,7 +467,7 @@ class Communicator(ObjectCollectives):
         if self._arena is None or type(rb) is not self._ndarray:
             return None
         nbytes = rb.nbytes
-        if nbytes > shm.SMALL:
+        if nbytes > SMALL:
             return None
         flags = rb.flags
         if not flags.c_contiguous or not flags.writeable:

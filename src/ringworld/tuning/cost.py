@@ -18,6 +18,9 @@ import math
 from collections.abc import Callable
 from typing import NamedTuple
 
+from ringworld.algorithms.shm_policy import CHUNK, SMALL
+from ringworld.tuning import shm_paths
+
 
 class Constants(NamedTuple):
     """Measured machine constants for one transport."""
@@ -174,8 +177,8 @@ MODELS: dict[str, dict[str, Model]] = {
                                                    _log2(p) * n, n),
     },
 }
-SHM_CHUNK = 2 << 20  # algorithms.shm.CHUNK (not imported: that module loads numpy)
-SHM_SMALL = 16384  # algorithms.shm.SMALL
+SHM_CHUNK = CHUNK  # the shared-memory windows' layout (algorithms.shm_policy)
+SHM_SMALL = SMALL
 
 
 def _shm(sync_per_chunk: int, copied: float, reduced: float, per_rank: bool = False,
@@ -202,24 +205,18 @@ def _shm(sync_per_chunk: int, copied: float, reduced: float, per_rank: bool = Fa
     return m
 
 
-# algorithms.shm's DIRECT_MIN_* (not imported, as above): from these sizes (bytes of the vector;
-# of one block for allgather; of the send buffer for alltoall) a shared-memory collective reads
-# its peers' buffers with one kernel copy (process_vm_readv; allgather writes them instead,
+# From the sizes of the shared-memory policy (tuning.shm_paths: bytes of the vector; of one block
+# for allgather; of the send buffer for alltoall) a shared-memory collective reads its peers'
+# buffers with one kernel copy (process_vm_readv; allgather writes them instead,
 # process_vm_writev, at the same rate) instead of going through the windows. Such a copy costs
 # 1 / ``read_rate`` per byte; without a fitted rate, what receiving through the transport does
-# (``bandwidth`` counts bytes sent plus received: 2 / bandwidth).
-# (Ranks that share cores start allgather and alltoall later and never take the direct
-# reduce_scatter_block: SHM_DIRECT_CROWDED below.)
-SHM_DIRECT = {"allreduce": 8 << 20, "bcast": 1 << 20, "allgather": 512 << 10,
-              "alltoall": 1 << 20, "reduce_scatter_block": 512 << 10}
-# algorithms.shm's RACE_MIN: from these sizes (as above) the direct and window paths race, and
-# calls take whichever rank 0 measured faster: the model predicts the faster of the two
-SHM_RACE = {"alltoall": 512 << 10, "allgather": 256 << 10, "reduce_scatter_block": 256 << 10}
-SHM_RACE_MAX = 8 << 20  # algorithms.shm's RACE_MAX: from here the direct path runs alone
-# algorithms.shm's DIRECT_MIN_*_CROWDED: where ranks outnumber the host's cores (ranks then
-# share cores, and no path is raced), the sizes from which the direct path runs (inf: never)
-SHM_DIRECT_CROWDED: dict[str, float] = {"alltoall": 4 << 20, "allgather": 2 << 20,
-                                        "reduce_scatter_block": math.inf}
+# (``bandwidth`` counts bytes sent plus received: 2 / bandwidth). Between the policy's race
+# sizes the two paths race, and calls take whichever rank 0 measured faster: the model predicts
+# the faster of the two. Ranks that share cores start later and never race (direct_crowded).
+SHM_DIRECT = dict(shm_paths.DEFAULT.direct)
+SHM_RACE = dict(shm_paths.DEFAULT.race_min)
+SHM_RACE_MAX = shm_paths.DEFAULT.race_max
+SHM_DIRECT_CROWDED = {c: shm_paths.DEFAULT.direct_from(c, True) for c in SHM_DIRECT}
 # The direct reduce_scatter_block and allreduce combine each peer's chunk right after reading it
 # into a cached scratch area (algorithms.shm._combine_slice): two of a combining pass's three
 # streams come from main memory, where ``reduce_rate`` (numpy add(out=) on large arrays) has

@@ -20,7 +20,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ringworld.algorithms.registry import REGISTRY, Algorithm, algorithm
+from ringworld.algorithms.shm_policy import Policy
 from ringworld.errors import ConfigError
+from ringworld.tuning import shm_paths
 from ringworld.tuning.cost import SHM_MODELS, Constants, model, predict
 
 if TYPE_CHECKING:
@@ -38,8 +40,12 @@ class Selector:
 
     def __init__(self, constants: dict[str, Constants],
                  forced: tuple[tuple[str, str], ...] = (), segment_bytes: int = 1 << 20,
-                 simulate: bool = False, sysfs: str = "/sys") -> None:
+                 simulate: bool = False, sysfs: str = "/sys",
+                 shm_policy: Policy = shm_paths.DEFAULT) -> None:
         self.constants = constants
+        # where the shared-memory collectives take direct copies, and race: handed to each
+        # communicator's arena when it maps its windows
+        self.shm_policy = shm_policy
         self.segment_bytes = segment_bytes
         self.simulate = simulate
         self.sysfs = sysfs  # where this machine is discovered (simulated costs on one host)

@@ -1,0 +1,55 @@
+"""Where the shared-memory collectives leave their windows for direct copies: the measured
+sizes, as the :class:`~ringworld.algorithms.shm_policy.Policy` every arena is handed.
+
+Direct copies (the kernel reading or writing a peer's buffer: one copy instead of two through
+the windows) run at 3-5 GB/s here: below two in-cache copies for smaller blocks, ahead once
+blocks leave the cache. Measured on the reference VM (2 cores), same-job A/Bs:
+
+* alltoall (bytes of the send buffer): from 1 MiB where ranks have cores of their own. The
+  windows' copies between cores ran 2-3x slower in most jobs (np=2, 1 MiB: windows 280-311 us
+  in four jobs of five and 102 in the fifth, direct reads 140-162 in all five). Ranks that
+  share cores copy at one core's speed either way (np=4 on 2 cores, 1 MiB 0.49-0.75 ms
+  against 0.61-0.72, 4 MiB 3.0-3.5 ms against 2.2-2.5): from 4 MiB there.
+* bcast: the root writes 1/p of the data into each other rank while they read the rest, so
+  both sides copy at once; that beat the streamed broadcast from 1 MiB up, np=2 and np=4
+  (np=2: 1 MiB 0.11 ms against 0.12, 16 MiB 2.1-2.6 ms against 2.8-3.9, 64 MiB 9.1-10.3
+  against 11-14).
+* allgather (bytes per block): as alltoall (np=2, 1 MiB: windows 283-310 us in four jobs of
+  five and 107 in the fifth, direct 148-185), from 512 KiB; on shared cores from 2 MiB (np=4
+  on 2 cores, 2 MiB: windows 0.70-0.97 ms against 0.89-1.23, 4 MiB 2.0-2.4 against 2.0-2.1).
+* reduce_scatter_block (bytes per block): each rank reads its block of the others' inputs and
+  combines them in rank order (np=2, five jobs at 1 MiB: direct 179-209 us, windows 265-287 in
+  four and 137 in the fifth; from 16 MiB a tie), from 512 KiB. On shared cores never: direct
+  copies gain nothing when the ranks take turns on one core.
+* allreduce: from 8 MiB each rank reads its slice of the others' inputs and then the others'
+  results straight from their buffers.
+
+Races: where both paths may win, rank 0 times them as they run and every rank takes the faster
+(see ``Arena.race``): on the reference VM the window copies between cores ran at one speed in
+some jobs (np=2, 1 MiB alltoall: windows 110-148 us, direct 152-174) and 2-3x slower in others,
+or later in the same job (windows 330-400 us). Raced from half the direct threshold of
+non-crowded jobs, up to 8 MiB (exclusive): from there the windows lost by 2x in every same-job
+measurement (np=2, 8 and 16 MiB: allgather, reduce_scatter_block and alltoall, windows 1.4-2.2
+ms against direct 0.75-1.1 at 16 MiB), while the race's tries of them cost 2-5% of the time.
+Crowded jobs do not race: ranks taking turns on the cores copy at one core's speed either way
+(np=4 on 2 cores, 1 MiB, same job: raced 0.59-0.96 ms, direct 0.57-0.98, windows 0.57-0.93;
+the race only added its tries).
+"""
+
+from __future__ import annotations
+
+import math
+
+from ringworld.algorithms.shm_policy import Policy
+
+_DIRECT = {"allreduce": 8 << 20, "bcast": 1 << 20, "allgather": 512 << 10,
+           "alltoall": 1 << 20, "reduce_scatter_block": 512 << 10}
+
+#: the measured policy (see the module docstring)
+DEFAULT = Policy(
+    direct=_DIRECT,
+    direct_crowded={"alltoall": 4 << 20, "allgather": 2 << 20,
+                    "reduce_scatter_block": math.inf},
+    race_min={c: _DIRECT[c] // 2 for c in ("alltoall", "allgather", "reduce_scatter_block")},
+    race_max=8 << 20,
+)
