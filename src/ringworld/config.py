@@ -136,51 +136,13 @@ def from_env(env: Mapping[str, str] | None = None, *, detect_launcher: bool = Tr
     launch = None
     if detect_launcher and not (e.get("RINGWORLD_RANK") or e.get("RINGWORLD_SIZE")):
         launch = launchers.detect(e)
-    rank = _int(e, "RINGWORLD_RANK", 0) if launch is None else launch.rank
-    size = _int(e, "RINGWORLD_SIZE", 1) if launch is None else launch.size
-    assert rank is not None and size is not None
-    if size < 1:
-        raise ConfigError(f"RINGWORLD_SIZE={size} must be at least 1")
-    if not 0 <= rank < size:
-        raise ConfigError(f"RINGWORLD_RANK={rank} is outside 0..{size - 1}")
+    rank, size = _rank_and_size(e, launch)
     transport = e.get("RINGWORLD_TRANSPORT", "auto") or "auto"
     if transport not in TRANSPORTS:
         raise ConfigError(f"RINGWORLD_TRANSPORT={transport!r} must be one of {TRANSPORTS}")
-    timeout_raw = e.get("RINGWORLD_TIMEOUT")
-    timeout: float | None = None
-    if timeout_raw:
-        try:
-            timeout = float(timeout_raw)
-        except ValueError:
-            raise ConfigError(f"RINGWORLD_TIMEOUT={timeout_raw!r} is not a number") from None
-        if not timeout > 0:  # also NaN
-            raise ConfigError(f"RINGWORLD_TIMEOUT={timeout_raw!r} must be positive")
-    liveness_raw = e.get("RINGWORLD_LIVENESS_TIMEOUT") or "20"
-    try:
-        liveness = float(liveness_raw)
-    except ValueError:
-        raise ConfigError(f"RINGWORLD_LIVENESS_TIMEOUT={liveness_raw!r} is not a number of "
-                          "seconds") from None
-    if not liveness >= 0 or liveness == float("inf"):
-        raise ConfigError(f"RINGWORLD_LIVENESS_TIMEOUT={liveness_raw!r} must be a finite "
-                          "number of seconds, or 0 to turn heartbeats off")
-    store_addr = e.get("RINGWORLD_STORE") or None
-    if launch is not None and store_addr is None and launch.size > 1:
-        if launch.host is None or launch.port is None:
-            raise launchers.missing_rendezvous(launch)
-        host = f"[{launch.host}]" if ":" in launch.host else launch.host
-        store_addr = f"{host}:{launch.port}"
-    if size > 1 and store_addr is None:
-        raise ConfigError(
-            f"RINGWORLD_SIZE={size} but RINGWORLD_STORE is not set: start the job with "
-            "`ringworld run -n N ...`"
-        )
-    secret = _read_secret(e)
-    if launch is not None and store_addr is not None and not secret:
-        secret = _launcher_secret(e, store_addr)
-    if store_addr is not None and not secret:
-        raise ConfigError("RINGWORLD_STORE is set but no job secret was given "
-                          "(RINGWORLD_SECRET_FD or RINGWORLD_SECRET)")
+    timeout = _timeout(e)
+    liveness = _liveness_timeout(e)
+    store_addr, secret = _store_and_secret(e, launch, size)
     eager = _int(e, "RINGWORLD_EAGER_BYTES", DEFAULT_EAGER_BYTES)
     assert eager is not None
     algorithms = parse_algorithms(e.get("RINGWORLD_ALGORITHMS", ""))
@@ -214,6 +176,70 @@ def from_env(env: Mapping[str, str] | None = None, *, detect_launcher: bool = Tr
         host=e.get("RINGWORLD_HOST") or None,
         iface=e.get("RINGWORLD_IFACE") or None,
     )
+
+
+def _rank_and_size(e: Mapping[str, str], launch: launchers.Launch | None) -> tuple[int, int]:
+    """This rank and the world size: from ``RINGWORLD_RANK``/``SIZE``, else the launcher's."""
+    rank = _int(e, "RINGWORLD_RANK", 0) if launch is None else launch.rank
+    size = _int(e, "RINGWORLD_SIZE", 1) if launch is None else launch.size
+    assert rank is not None and size is not None
+    if size < 1:
+        raise ConfigError(f"RINGWORLD_SIZE={size} must be at least 1")
+    if not 0 <= rank < size:
+        raise ConfigError(f"RINGWORLD_RANK={rank} is outside 0..{size - 1}")
+    return rank, size
+
+
+def _timeout(e: Mapping[str, str]) -> float | None:
+    """``RINGWORLD_TIMEOUT`` in seconds (None: unset)."""
+    timeout_raw = e.get("RINGWORLD_TIMEOUT")
+    timeout: float | None = None
+    if timeout_raw:
+        try:
+            timeout = float(timeout_raw)
+        except ValueError:
+            raise ConfigError(f"RINGWORLD_TIMEOUT={timeout_raw!r} is not a number") from None
+        if not timeout > 0:  # also NaN
+            raise ConfigError(f"RINGWORLD_TIMEOUT={timeout_raw!r} must be positive")
+    return timeout
+
+
+def _liveness_timeout(e: Mapping[str, str]) -> float:
+    """``RINGWORLD_LIVENESS_TIMEOUT`` in seconds (default 20; 0 turns heartbeats off)."""
+    liveness_raw = e.get("RINGWORLD_LIVENESS_TIMEOUT") or "20"
+    try:
+        liveness = float(liveness_raw)
+    except ValueError:
+        raise ConfigError(f"RINGWORLD_LIVENESS_TIMEOUT={liveness_raw!r} is not a number of "
+                          "seconds") from None
+    if not liveness >= 0 or liveness == float("inf"):
+        raise ConfigError(f"RINGWORLD_LIVENESS_TIMEOUT={liveness_raw!r} must be a finite "
+                          "number of seconds, or 0 to turn heartbeats off")
+    return liveness
+
+
+def _store_and_secret(e: Mapping[str, str], launch: launchers.Launch | None,
+                      size: int) -> tuple[str | None, bytes]:
+    """The store's address (``RINGWORLD_STORE``, else the launcher's rendezvous) and the job
+    secret (reading and closing ``RINGWORLD_SECRET_FD`` if set)."""
+    store_addr = e.get("RINGWORLD_STORE") or None
+    if launch is not None and store_addr is None and launch.size > 1:
+        if launch.host is None or launch.port is None:
+            raise launchers.missing_rendezvous(launch)
+        host = f"[{launch.host}]" if ":" in launch.host else launch.host
+        store_addr = f"{host}:{launch.port}"
+    if size > 1 and store_addr is None:
+        raise ConfigError(
+            f"RINGWORLD_SIZE={size} but RINGWORLD_STORE is not set: start the job with "
+            "`ringworld run -n N ...`"
+        )
+    secret = _read_secret(e)
+    if launch is not None and store_addr is not None and not secret:
+        secret = _launcher_secret(e, store_addr)
+    if store_addr is not None and not secret:
+        raise ConfigError("RINGWORLD_STORE is set but no job secret was given "
+                          "(RINGWORLD_SECRET_FD or RINGWORLD_SECRET)")
+    return store_addr, secret
 
 
 def _launcher_secret(env: Mapping[str, str], store_addr: str) -> bytes:
