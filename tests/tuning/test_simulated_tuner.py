@@ -1,4 +1,9 @@
-"""The run-time tuner costing algorithms by simulating their schedules on the job's topology."""
+"""The run-time tuner costing algorithms by simulating their schedules on the job's topology.
+
+Every test gives the code under test its constants (:data:`C`, fixed here) and its machine (a
+made-up /sys, or a job-built layout), so neither a retune of the shipped defaults nor the
+machine the tests run on changes what they check.
+"""
 
 from __future__ import annotations
 
@@ -15,11 +20,20 @@ from ringworld.topology.estimate import schedule_time
 from ringworld.topology.sim import Network
 from ringworld.topology.tuner import Simulated, job_topology
 from ringworld.tuning import constants
+from ringworld.tuning.cost import Constants, predict
 from ringworld.tuning.cost import model as cost_model
-from ringworld.tuning.cost import predict
 from ringworld.tuning.select import SIM_MAX_RANKS, Selector
 
-C = constants.DEFAULTS
+# The constants every test runs with: the reference machine's as measured on 2026-11-29 (the
+# shipped defaults of then), written out so that a retune of constants.DEFAULTS leaves them be.
+C: dict[str, Constants] = {
+    "shm": Constants(step=51e-6, message=15e-6, bandwidth=4.3e9, reduce_rate=4.5e9,
+                     copy_rate=4.4e9, sync=7.6e-6),
+    "tcp": Constants(step=91e-6, message=33e-6, bandwidth=3.8e9, reduce_rate=4.5e9,
+                     copy_rate=4.4e9),
+    "self": Constants(step=2e-6, message=1e-6, bandwidth=1e12, reduce_rate=4.5e9,
+                      copy_rate=4.4e9),
+}
 SEG = 1 << 20
 HOST4 = (0, 0, 0, 0)  # one job-built host of four cores: independent of this machine's /sys
 
@@ -41,11 +55,12 @@ def test_explain_times_are_the_simulated_schedules() -> None:
     assert mid == pytest.approx((lo + hi) / 2)
 
 
-def _two_cores(root: Path) -> str:
+def _cores(root: Path, n: int) -> str:
+    """A made-up /sys of one NUMA node with ``n`` cores; return its root."""
     (root / "devices/system/cpu").mkdir(parents=True)
-    (root / "devices/system/cpu/online").write_text("0-1\n")
+    (root / "devices/system/cpu/online").write_text(f"0-{n - 1}\n")
     (root / "devices/system/node/node0").mkdir(parents=True)
-    (root / "devices/system/node/node0/cpulist").write_text("0-1\n")
+    (root / "devices/system/node/node0/cpulist").write_text(f"0-{n - 1}\n")
     return str(root)
 
 
@@ -53,7 +68,7 @@ def test_simulation_changes_the_choice_where_the_formula_is_wrong(tmp_path: Path
     # Measured on this project's 2-core machine (np=4, 4 MiB bcast): binomial 4.6 ms,
     # scatter-allgather 7.5 ms. The formula model prefers scatter-allgather; simulating the
     # schedules on two cores shared by four ranks does not.
-    sysfs = _two_cores(tmp_path)
+    sysfs = _cores(tmp_path, 2)
     formula = Selector(C, sysfs=sysfs)
     sim = Selector(C, simulate=True, sysfs=sysfs)
     assert formula.choose("bcast", 4, 4 << 20, "shm") == "scatter_allgather"
@@ -66,10 +81,11 @@ def test_simulation_changes_the_choice_where_the_formula_is_wrong(tmp_path: Path
         assert s.choose("allreduce", 2, 8, "shm", shm=True) == "shm"
 
 
-def test_the_cache_model_speeds_up_what_fits() -> None:
+def test_the_cache_model_speeds_up_what_fits(tmp_path: Path) -> None:
     cached = dict(C, shm=C["shm"]._replace(cache_bytes=64 << 20, cache_speedup=3.0))
-    plain = Simulated(C, SEG)
-    fast = Simulated(cached, SEG)
+    sysfs = _cores(tmp_path, 4)  # a core per rank, whatever machine runs this
+    plain = Simulated(C, SEG, sysfs=sysfs)
+    fast = Simulated(cached, SEG, sysfs=sysfs)
     t_plain = plain.seconds("allreduce", "ring", 4, 1 << 20, "shm", HOST4)
     t_fast = fast.seconds("allreduce", "ring", 4, 1 << 20, "shm", HOST4)
     assert t_fast < 0.6 * t_plain
@@ -82,8 +98,10 @@ def test_the_memory_bus_and_shared_cores_reach_the_tuner(tmp_path: Path) -> None
     """A calibrated bus bounds what the tuner predicts for large calls (shared-memory formula
     and simulated schedules alike, per host), and ranks that outnumber the cores get the
     shared-memory algorithm's crowded paths."""
-    sysfs = _two_cores(tmp_path)
+    sysfs = _cores(tmp_path, 2)
     bus = dict(C, shm=C["shm"]._replace(bus_rate=1e9))  # far below what the rates allow
+    shm = C["shm"]
+    assert min(shm.bandwidth, shm.reduce_rate, shm.copy_rate) > 4 * bus["shm"].bus_rate
     plain, slow = Simulated(C, SEG, sysfs=sysfs), Simulated(bus, SEG, sysfs=sysfs)
     n = 16 << 20
     # two ranks each read 16 MiB of the peer's vector (2 bytes of traffic per byte read)
@@ -159,11 +177,17 @@ def _auto_ibcast(comm: Communicator) -> str:
 
 
 @pytest.mark.parametrize("tuner", ["simulate", "formula"])
-def test_jobs_choose_with_the_configured_tuner(tuner: str) -> None:
+def test_jobs_choose_with_the_configured_tuner(tuner: str, tmp_path: Path) -> None:
     from ringworld.testing import run_processes
+    from ringworld.topology.calibrate import save
 
+    # the ranks get this test's constants (every transport), not the shipped defaults
+    path = tmp_path / "tuning.json"
+    save(path, C)
+    table = constants.load(str(path))
+    assert table == C
     # what this machine's simulator (or formula) says, computed here the way the ranks do
-    expect = Selector(C, simulate=tuner == "simulate").choose("bcast", 3, 4 << 20, "shm")
+    expect = Selector(table, simulate=tuner == "simulate").choose("bcast", 3, 4 << 20, "shm")
     out = run_processes(3, _auto_ibcast, transport="shm", timeout=60,
-                        env={"RINGWORLD_TUNER": tuner})
+                        env={"RINGWORLD_TUNER": tuner, "RINGWORLD_TUNING_FILE": str(path)})
     assert out == [expect] * 3
