@@ -23,14 +23,24 @@ from ringworld.algorithms import (
 )
 from ringworld.algorithms.schedule import Schedule, Spec
 
+SCHEDULE, DIRECT, COMPOSITE = "schedule", "direct", "composite"
+SHM = "shm"  # the direct algorithm of every collective that has one
+HIERARCHICAL = "hierarchical"  # the composite allreduce
+
+
+def _no_schedule(spec: Spec) -> Schedule:
+    raise TypeError("only schedule algorithms build schedules")
+
 
 class Algorithm(NamedTuple):
-    """A schedule builder and what it supports."""
+    """An algorithm and what it supports: a schedule builder, or a path of another kind."""
 
     name: str
     build: Callable[[Spec], Schedule]
     commutative_only: bool = False   # combines in an order other than rank order
     equal_blocks_only: bool = False  # needs the packed, equal-count layout
+    kind: str = SCHEDULE
+    blocking_only: bool = False      # runs as a blocking call only (direct and composite)
 
 
 A = Algorithm
@@ -78,6 +88,17 @@ REGISTRY: dict[str, dict[str, Algorithm]] = {
 }
 
 COLLECTIVES = tuple(REGISTRY)
+#: the collectives with a direct (shared-memory) algorithm
+DIRECT_COLLECTIVES = ("barrier", "allreduce", "reduce", "bcast", "allgather",
+                      "reduce_scatter_block", "alltoall")
+_OTHER: dict[str, dict[str, Algorithm]] = {
+    c: {SHM: A(SHM, _no_schedule, equal_blocks_only=True, kind=DIRECT, blocking_only=True)}
+    for c in DIRECT_COLLECTIVES}
+_OTHER["allreduce"][HIERARCHICAL] = A(HIERARCHICAL, _no_schedule, commutative_only=True,
+                                      kind=COMPOSITE, blocking_only=True)
+#: every algorithm of every collective, of every kind
+ALGORITHMS: dict[str, dict[str, Algorithm]] = {c: {**REGISTRY[c], **_OTHER.get(c, {})}
+                                               for c in REGISTRY}
 
 
 def algorithm(collective: str, name: str) -> Algorithm:
@@ -87,6 +108,22 @@ def algorithm(collective: str, name: str) -> Algorithm:
         ValueError: unknown collective or algorithm (the message lists the valid names).
     """
     algos = REGISTRY.get(collective)
+    if algos is None:
+        raise ValueError(f"unknown collective {collective!r}; one of {', '.join(COLLECTIVES)}")
+    algo = algos.get(name)
+    if algo is None:
+        raise ValueError(f"algorithm={name!r} is not an algorithm of {collective}; choose one "
+                         f"of {', '.join(algos)}")
+    return algo
+
+
+def lookup(collective: str, name: str) -> Algorithm:
+    """The algorithm ``name`` of ``collective``, of any kind.
+
+    Raises:
+        ValueError: unknown collective or algorithm (the message lists the valid names).
+    """
+    algos = ALGORITHMS.get(collective)
     if algos is None:
         raise ValueError(f"unknown collective {collective!r}; one of {', '.join(COLLECTIVES)}")
     algo = algos.get(name)

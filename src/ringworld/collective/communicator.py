@@ -14,7 +14,6 @@ Object collectives (``bcast_obj``, ``allreduce_obj``, ...) are in :class:`Object
 from __future__ import annotations
 
 import math
-import time
 import weakref
 import zlib
 from collections.abc import Callable, Sequence
@@ -22,6 +21,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, Self
 
 from ringworld._lazy import LazyModule
 from ringworld.algorithms import registry
+from ringworld.algorithms.registry import HIERARCHICAL, SHM
 from ringworld.algorithms.schedule import Spec
 from ringworld.algorithms.shm_policy import SMALL
 from ringworld.collective.markers import IN_PLACE, UNDEFINED
@@ -40,7 +40,7 @@ from ringworld.comm.requests import (
 )
 from ringworld.errors import CommError, CommRevoked, MismatchError, PeerFailure, Timeout
 from ringworld.tuning import constants
-from ringworld.tuning.select import Selector
+from ringworld.tuning.select import Plan, Selector
 
 if TYPE_CHECKING:
     import numpy as np
@@ -87,7 +87,8 @@ class Communicator(ObjectCollectives):
         self._ndarray: Any = None  # numpy's ndarray, once the arena has loaded numpy
         self._agree_round = 0  # agreements (agree, shrink) made on this communicator
         self._hier: tuple[Self, Self | None] | None = None  # (host comm, leaders comm)
-        self._hier_choice: dict[int, bool] = {}  # size class -> hierarchical allreduce?
+        # (algorithm asked for, size class) -> hierarchical allreduce?
+        self._hier_choice: dict[tuple[str | None, int], bool] = {}
         self._link_bw: float | None = None  # measured bytes/s between hosts
         hosts, order = self._hosts()
         # each rank's host index when the ranks span hosts (the tuner's topology), else None
@@ -99,17 +100,47 @@ class Communicator(ObjectCollectives):
                 commutative: bool = True, equal_blocks: bool = True,
                 blocking: bool = False) -> str:
         self._check_open()
-        # a barrier alone does not map the shared windows (start-up stays light); any other
-        # collective does, once, on its first call
-        shm_ok = (blocking and self.transport == "shm"
-                  and (self._arena is not None or collective != "barrier"
-                       or algorithm == "shm")  # first: a start-up barrier loads no numpy
-                  and self.size <= shm.MAX_RANKS and self.supports_shared_memory)
         name = self.selector.choose(collective, self.size, nbytes, self.transport, algorithm,
                                     commutative=commutative, equal_blocks=equal_blocks,
-                                    shm=shm_ok, layout=self._layout)
+                                    shm=self._shm_ok(collective, algorithm, blocking),
+                                    layout=self._layout)
         self.last_algorithm = name
         return name
+
+    def _shm_ok(self, collective: str, algorithm: str | None, blocking: bool) -> bool:
+        """Whether the shared-memory path can run this call (the selector decides whether
+        it does): blocking, one host, ranks that map each other's windows."""
+        # a barrier alone does not map the shared windows (start-up stays light); any other
+        # collective does, once, on its first call
+        return (blocking and self.transport == "shm"
+                and (self._arena is not None or collective != "barrier"
+                     or algorithm == SHM)  # first: a start-up barrier loads no numpy
+                and self.size <= shm.MAX_RANKS and self.supports_shared_memory)
+
+    def plan(self, collective: str, nbytes: int, *, algorithm: str | None = None,
+             commutative: bool = True, equal_blocks: bool = True,
+             blocking: bool = True) -> Plan:
+        """How a call of ``collective`` moving ``nbytes`` (the vector; one block for the
+        blocked collectives) would run on this communicator now, and why: the decision the
+        call itself takes (``print(comm.plan("allreduce", 8))`` shows the algorithm, its
+        kind, the reason and every candidate's predicted cost). Local: no traffic; where the
+        hierarchical allreduce's decision needs the link between hosts and it has not been
+        measured yet (by a call), an unlimited link is assumed.
+
+        Raises:
+            ValueError: an unknown collective or ``algorithm``, or one that cannot run the call.
+        """
+        self._check_open()
+        if (collective == "allreduce" and blocking and commutative
+                and self.selector.use_hierarchy(
+                    self._host_sizes(), float(nbytes), algorithm,
+                    lambda: math.inf if self._link_bw is None else self._link_bw)):
+            return self.selector.plan(collective, self.size, nbytes, self.transport,
+                                      algorithm, hierarchical=True)
+        return self.selector.plan(collective, self.size, nbytes, self.transport, algorithm,
+                                  commutative=commutative, equal_blocks=equal_blocks,
+                                  shm=self._shm_ok(collective, algorithm, blocking),
+                                  layout=self._layout)
 
     def _shm(self, what: str, timeout: float | None, nbytes: int = 0,
              kind: tuple[Any, ...] = (), sig: tuple[int, int, str] | None = None) -> shm.Arena:
@@ -134,7 +165,7 @@ class Communicator(ObjectCollectives):
             except Timeout as exc:
                 raise Timeout(f"{what} (shm) on {self.name}: setting up shared memory: "
                               f"{exc}") from exc
-            self.last_algorithm = "shm"  # not the barriers that set the windows up
+            self.last_algorithm = SHM  # not the barriers that set the windows up
             self._ndarray = np.ndarray
         seq = self.next_seq()  # shared-memory collectives send no messages but keep tags in step
         a = self._arena
@@ -222,7 +253,7 @@ class Communicator(ObjectCollectives):
                 or rb.ndim != 1 or not rb.flags.writeable):
             return None
         self._check_open()
-        self.last_algorithm = "shm"
+        self.last_algorithm = SHM
         sig: tuple[int, int, str] = last[4]
         return sig
 
@@ -267,7 +298,7 @@ class Communicator(ObjectCollectives):
     def _barrier(self, algorithm: str | None, blocking: bool,
                  timeout: float | None) -> Request[None]:
         algo = self._choose("barrier", 0, algorithm, blocking=blocking)
-        if algo == "shm":
+        if algo == SHM:
             self._in_windows(shm.barrier, self._shm("barrier", timeout))
             return CompletedRequest(self._engine, None)
         if blocking and self.size > 1:  # without the executor: start-up needs no numpy
@@ -323,7 +354,7 @@ class Communicator(ObjectCollectives):
         root = self._root(root)
         a = bufs.as_array(buf, "buf", writable=self.rank != root)
         algo = self._choose("bcast", a.nbytes, algorithm, blocking=blocking)
-        if algo == "shm":
+        if algo == SHM:
             self._in_windows(shm.bcast, self._shm("bcast", timeout, a.nbytes, (root,)), a, root)
             self._keep("bcast", buf, buf, a, a, root, a.nbytes, (root,))
             return CompletedRequest(self._engine, None)
@@ -367,7 +398,7 @@ class Communicator(ObjectCollectives):
         o = self._op(op, sb)
         algo = self._choose("reduce", sb.nbytes, algorithm, commutative=o.commutative,
                             blocking=blocking)
-        if algo == "shm":
+        if algo == SHM:
             kind = (sb.dtype, o.name, root)
             self._in_windows(shm.reduce, self._shm("reduce", timeout, sb.nbytes, kind),
                              sb, rb, o, root)
@@ -388,7 +419,7 @@ class Communicator(ObjectCollectives):
                                 blocking=blocking)
         except (TypeError, ValueError):
             algo = ""
-        if algo == "shm":
+        if algo == SHM:
             root = self.rank
             a = self._shm("reduce", None, sb.nbytes, (sb.dtype, o.name, root))
             a.refuse(self._refusal(a.what, exc), type(exc))
@@ -451,7 +482,7 @@ class Communicator(ObjectCollectives):
             o, sig = plan
         if rb.ndim != 1:
             rb, sb = rb.reshape(-1), sb.reshape(-1)  # views: both are contiguous
-        self.last_algorithm = "shm"
+        self.last_algorithm = SHM
         a = self._shm("allreduce", timeout, sig=sig)
         try:  # _in_windows inline: the latency-critical path takes no extra call
             shm.allreduce(a, sb, rb, o)
@@ -489,7 +520,7 @@ class Communicator(ObjectCollectives):
                                         layout=self._layout)
             assert self._arena is not None
             sig = self._arena.signature("allreduce", nbytes, (rb.dtype, o.name))
-            plan = self._small_plans[key] = (o, sig, algo == "shm")
+            plan = self._small_plans[key] = (o, sig, algo == SHM)
         o, sig, use = plan
         if not use:
             return None
@@ -510,12 +541,12 @@ class Communicator(ObjectCollectives):
         bufs.check_len(rb, sb.size, "recvbuf", "the size of sendbuf")
         o = self._op(op, rb)
         if blocking and o.commutative and self._use_hierarchy(rb.nbytes, algorithm):
-            self.last_algorithm = "hierarchical"
+            self.last_algorithm = HIERARCHICAL
             self._hierarchical_allreduce(sb, rb, o, timeout)
             return CompletedRequest(self._engine, None)
         algo = self._choose("allreduce", rb.nbytes, algorithm, commutative=o.commutative,
                             blocking=blocking)
-        if algo == "shm":
+        if algo == SHM:
             kind = (rb.dtype, o.name)
             self._in_windows(shm.allreduce, self._shm("allreduce", timeout, rb.nbytes, kind),
                              sb, rb, o)
@@ -536,46 +567,24 @@ class Communicator(ObjectCollectives):
         return [hosts.count(h) for h in order]
 
     def _use_hierarchy(self, nbytes: int, algorithm: str | None) -> bool:
-        """Whether a blocking allreduce runs hierarchically: asked for by name, or the ranks
-        span several hosts, some host has several, and the cost model says it wins."""
-        if algorithm == "hierarchical" or (algorithm is None
-                                           and self.selector.forced.get("allreduce")
-                                           == "hierarchical"):
-            return True
-        if algorithm is not None or self.selector.forced.get("allreduce"):
-            return False
-        key = nbytes.bit_length()  # decided per power-of-two size class, once
+        """Whether a blocking allreduce runs hierarchically (the selector decides; kept per
+        power-of-two size class, as the decision may measure the link between hosts)."""
+        key = (algorithm, nbytes.bit_length())
         found = self._hier_choice.get(key)
         if found is None:
-            sizes = self._host_sizes()
-            found = len(sizes) > 1 and max(sizes) > 1
-            if found:
-                flat, hier = self.selector.hierarchical(sizes, float(nbytes),
-                                                        self._interhost_bandwidth())
-                found = hier < flat
-            self._hier_choice[key] = found
+            found = self._hier_choice[key] = self.selector.use_hierarchy(
+                self._host_sizes(), float(nbytes), algorithm, self._interhost_bandwidth)
         return found
 
     def _interhost_bandwidth(self) -> float:
-        """Bytes/s between the first ranks of the first two hosts, measured once (a 256 KiB
-        ping-pong) and agreed by every rank. Collective. Cost: a few ms on a fast link."""
+        """Bytes/s between the first ranks of the first two hosts, measured once (see
+        :func:`ringworld.tuning.measure.link_bandwidth`) and agreed by every rank. Collective.
+        """
         if self._link_bw is None:
+            from ringworld.tuning.measure import link_bandwidth
+
             _, leaders = self._hierarchy()
-            bw = math.inf
-            if leaders is not None and leaders.rank < 2 and leaders.size > 1:
-                probe = np.zeros(1 << 15)  # 256 KiB
-                peer = 1 - leaders.rank
-                best = math.inf
-                for _ in range(3):
-                    start = time.perf_counter()
-                    if leaders.rank == 0:
-                        leaders.send(probe, peer, tag=7)
-                        leaders.recv(probe, peer, tag=7)
-                    else:
-                        leaders.recv(probe, peer, tag=7)
-                        leaders.send(probe, peer, tag=7)
-                    best = min(best, time.perf_counter() - start)
-                bw = 2 * probe.nbytes / best
+            bw = math.inf if leaders is None else link_bandwidth(leaders)
             self._link_bw = float(self.bcast_obj(bw, root=0))
         return self._link_bw
 
@@ -691,7 +700,7 @@ class Communicator(ObjectCollectives):
         o = self._op(op, sb)
         algo = self._choose(coll, sb.nbytes // max(1, p), algorithm, commutative=o.commutative,
                             equal_blocks=counts is None, blocking=blocking)
-        if algo == "shm":
+        if algo == SHM:
             kind = (sb.dtype, o.name)
             self._in_windows(shm.reduce_scatter_block, self._shm(coll, timeout, sb.nbytes, kind),
                              sb, out, o)
@@ -962,7 +971,7 @@ class Communicator(ObjectCollectives):
             equal = False
         bufs.same_dtype(sb, rb, "sendbuf", "recvbuf")
         algo = self._choose(coll, sb.nbytes, algorithm, equal_blocks=equal, blocking=blocking)
-        if algo == "shm":
+        if algo == SHM:
             self._in_windows(shm.allgather, self._shm(coll, timeout, rb.nbytes, (rb.dtype,)),
                              sb, rb)
             if counts is None:
@@ -999,7 +1008,7 @@ class Communicator(ObjectCollectives):
         bufs.same_dtype(sb, rb, "sendbuf", "recvbuf")
         bufs.check_len(sb, rb.size, "sendbuf", "the size of recvbuf")
         algo = self._choose("alltoall", sb.nbytes // p, algorithm, blocking=blocking)
-        if algo == "shm":
+        if algo == SHM:
             kind = (rb.dtype,)
             self._in_windows(shm.alltoall, self._shm("alltoall", timeout, rb.nbytes, kind), sb, rb)
             self._keep("alltoall", sendbuf, recvbuf, sb, rb, None, rb.nbytes, kind)

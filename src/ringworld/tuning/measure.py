@@ -17,6 +17,7 @@ Each figure is the median of several timed repetitions, so one preemption does n
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -25,6 +26,27 @@ from typing import Any
 import numpy as np
 
 REPEATS = 7
+
+
+def link_bandwidth(comm: Any, nbytes: int = 256 << 10, repeats: int = 3) -> float:
+    """Bytes/s between ranks 0 and 1 of ``comm`` from the best of ``repeats`` ping-pongs of
+    ``nbytes`` (both directions counted); ``math.inf`` on other ranks and where ``comm`` has
+    one rank. Collective on ranks 0 and 1. Cost: a few ms on a fast link."""
+    if comm.rank >= 2 or comm.size < 2:
+        return math.inf
+    probe = np.zeros(nbytes // 8)
+    peer = 1 - comm.rank
+    best = math.inf
+    for _ in range(repeats):
+        start = time.perf_counter()
+        if comm.rank == 0:
+            comm.send(probe, peer, tag=7)
+            comm.recv(probe, peer, tag=7)
+        else:
+            comm.recv(probe, peer, tag=7)
+            comm.send(probe, peer, tag=7)
+        best = min(best, time.perf_counter() - start)
+    return 2 * probe.nbytes / best
 
 
 def _median_time(fn: Callable[[], object], inner: int, sync: Callable[[], object]) -> float:

@@ -1,4 +1,11 @@
-"""Choosing a collective's algorithm: forced per call, forced by environment, or cheapest.
+"""Choosing how a collective runs: every "which path" decision of a call is made here.
+
+:meth:`Selector.choose` picks the algorithm of a call among every kind the registry holds
+(schedules over messages, the direct shared-memory path, the hierarchical composite);
+:meth:`Selector.use_hierarchy` decides a blocking allreduce across hosts; the shared-memory
+collectives' own thresholds are :attr:`Selector.shm_policy` (handed to each arena);
+:meth:`Selector.plan` returns a decision with its reasons (``Communicator.plan`` asks it for a
+live call, ``ringworld plan --explain`` for a job that is not running).
 
 Order of precedence: the call's ``algorithm=`` argument, then ``RINGWORLD_ALGORITHMS``
 (``allreduce:ring,...``), then the cost model (:mod:`ringworld.tuning.cost`) over the algorithms
@@ -16,10 +23,19 @@ everywhere with ``RINGWORLD_TUNER=formula``). Both use the same constants.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, NamedTuple
 
-from ringworld.algorithms.registry import REGISTRY, Algorithm, algorithm
+from ringworld.algorithms.registry import (
+    COMPOSITE,
+    DIRECT,
+    HIERARCHICAL,
+    REGISTRY,
+    SHM,
+    Algorithm,
+    algorithm,
+    lookup,
+)
 from ringworld.algorithms.shm_policy import Policy
 from ringworld.errors import ConfigError
 from ringworld.tuning import shm_paths
@@ -28,8 +44,24 @@ from ringworld.tuning.cost import SHM_MODELS, Constants, model, predict
 if TYPE_CHECKING:
     from ringworld.topology.tuner import Layout, Simulated
 
-HIERARCHICAL = "hierarchical"  # allreduce within hosts, then across (the communicator runs it)
-SHM = "shm"  # the shared-memory algorithms (ringworld.algorithms.shm): blocking calls only
+__all__ = ["HIERARCHICAL", "SHM", "Plan", "Selector"]
+
+
+class Plan(NamedTuple):
+    """How one call runs, and why (see :meth:`Selector.plan`)."""
+
+    collective: str
+    algorithm: str
+    kind: str  # the registry's: "schedule", "direct" or "composite"
+    why: str
+    costs: tuple[tuple[str, float], ...] = ()  # predicted seconds, cheapest first
+
+    def __str__(self) -> str:
+        lines = [f"{self.collective}: {self.algorithm} ({self.kind}): {self.why}"]
+        lines += [f"  {name:<20} {t * 1e6:12.1f} us" if math.isfinite(t)
+                  else f"  {name:<20} {'not chosen unless asked for':>27}"
+                  for name, t in self.costs]
+        return "\n".join(lines)
 
 LINEAR_MAX_RANKS = 2  # "linear for tiny worlds": beyond this only if forced
 SIM_MAX_RANKS = 8  # larger communicators are costed by formula (simulating them takes long)
@@ -54,8 +86,7 @@ class Selector:
         self.forced: dict[str, str] = {}
         for coll, name in forced:
             try:
-                if name != SHM and (coll, name) != ("allreduce", HIERARCHICAL):
-                    algorithm(coll, name)
+                lookup(coll, name)
             except ValueError as exc:
                 raise ConfigError(f"RINGWORLD_ALGORITHMS: {exc}") from None
             self.forced[coll] = name
@@ -148,6 +179,58 @@ class Selector:
                               link_bandwidth=link_bandwidth)[0][1] if h > 1 else 0.0
         return flat, within + across
 
+    def use_hierarchy(self, host_sizes: Sequence[int], nbytes: float, requested: str | None,
+                      link_bandwidth: Callable[[], float]) -> bool:
+        """Whether a blocking allreduce with a commutative op on ranks spread over hosts of
+        ``host_sizes`` ranks runs hierarchically: asked for by name (``requested``, or
+        RINGWORLD_ALGORITHMS), or chosen freely where some host has several ranks and
+        :meth:`hierarchical` predicts it faster. ``link_bandwidth()`` measures the link
+        between hosts (collective on the communicator: called by every rank or none, as the
+        answer depends on nothing a rank could see differently).
+        """
+        name = requested or self.forced.get("allreduce")
+        if name is not None:
+            return _kind("allreduce", name) == COMPOSITE
+        if len(host_sizes) < 2 or max(host_sizes) < 2:
+            return False
+        flat, hier = self.hierarchical(host_sizes, nbytes, link_bandwidth())
+        return hier < flat
+
+    def plan(self, collective: str, p: int, nbytes: float, transport: str,
+             requested: str | None = None, *, commutative: bool = True,
+             equal_blocks: bool = True, shm: bool = False, layout: Layout | None = None,
+             hierarchical: bool = False) -> Plan:
+        """What :meth:`choose` picks for this call, with why and every candidate's predicted
+        cost (``hierarchical``: :meth:`use_hierarchy` said the call runs hierarchically).
+
+        Raises:
+            ValueError: as :meth:`choose`.
+        """
+        if hierarchical:
+            name = requested or self.forced.get("allreduce") or HIERARCHICAL
+            why = ("asked for in the call" if requested else "forced by RINGWORLD_ALGORITHMS"
+                   if self.forced.get("allreduce") else
+                   "the ranks span hosts and it is predicted faster than any flat algorithm")
+            return Plan(collective, name, COMPOSITE, why)
+        name = self.choose(collective, p, nbytes, transport, requested,
+                           commutative=commutative, equal_blocks=equal_blocks, shm=shm,
+                           layout=layout)
+        costs = tuple(self.explain(collective, p, nbytes, transport, commutative=commutative,
+                                   equal_blocks=equal_blocks, shm=shm, layout=layout))
+        forced = self.forced.get(collective)
+        if requested is not None:
+            why = "asked for in the call"
+        elif forced == name:
+            why = "forced by RINGWORLD_ALGORITHMS"
+        elif p == 1 or len(costs) == 1:
+            why = "the only algorithm that can run this call"
+        else:
+            source = "simulated" if self.simulator(p, transport) is not None else "formula"
+            why = f"cheapest predicted ({source} costs, {transport} constants)"
+            if forced is not None:
+                why += f"; RINGWORLD_ALGORITHMS' {forced!r} cannot run this call"
+        return Plan(collective, name, _kind(collective, name), why, costs)
+
     def choose(self, collective: str, p: int, nbytes: float, transport: str,
                requested: str | None = None, *, commutative: bool = True,
                equal_blocks: bool = True, shm: bool = False,
@@ -165,20 +248,18 @@ class Selector:
                 commutative-only algorithm with a non-commutative op).
         """
         name = requested or self.forced.get(collective)
-        if name == HIERARCHICAL:  # run by the communicator itself, for blocking calls only
+        kind = None if name is None else _kind(collective, name)
+        if kind == COMPOSITE:  # decided by use_hierarchy, for blocking calls only
             if requested is not None:
-                raise ValueError(f"algorithm='hierarchical' is only for blocking allreduce "
+                raise ValueError(f"algorithm={name!r} is only for blocking allreduce "
                                  f"with a commutative op, not {collective} here")
             name = None
-        if name == SHM:
-            if collective not in SHM_MODELS:
-                raise ValueError(f"algorithm='shm' is not available for {collective}; it "
-                                 f"exists for {', '.join(SHM_MODELS)}")
+        elif kind == DIRECT:
             if shm and equal_blocks:
                 return SHM
             if requested is not None:
-                raise ValueError("algorithm='shm' needs a blocking call on ranks that share "
-                                 "memory (shm transport) with equal blocks")
+                raise ValueError(f"algorithm={name!r} needs a blocking call on ranks that "
+                                 "share memory (shm transport) with equal blocks")
             name = None  # forced by the environment but impossible here: choose freely
         if name is not None:
             algo = algorithm(collective, name)
@@ -206,3 +287,8 @@ class Selector:
                 self._memo.clear()
             self._memo[key] = found
         return found
+
+
+def _kind(collective: str, name: str) -> str:
+    """The registry kind of algorithm ``name``; ValueError if there is none."""
+    return lookup(collective, name).kind
