@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from ringworld._argtypes import parse_size, parse_sizes
 from ringworld.bench import pingpong_rank as pr
-from ringworld.bench.pingpong import parse_size, parse_sizes
 
 JOB_TIMEOUT = 100  # seconds, below pytest's own timeout
 SMOKE = [

@@ -14,34 +14,20 @@ import datetime
 import json
 import os
 import platform
-import re
 import sys
 from pathlib import Path
 from typing import Any
 
+from ringworld._argtypes import parse_size, parse_sizes
 from ringworld.bench import runners
 from ringworld.bench.pingpong_rank import parse_kernels
 from ringworld.bench.report import display_name, fmt_size, render
 from ringworld.bench.runners import RunResult
 
+# the size parsers live in _argtypes (shared with topology); re-exported for bench.sweep
+__all__ = ["DEFAULT_SIZES", "add_parser", "parse_size", "parse_sizes", "run"]
+
 DEFAULT_SIZES = [0, 8, 64, *(4**k for k in range(4, 14))]  # 0 B, 8 B, 64 B, 256 B .. 64 MiB
-_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20,
-          "g": 1 << 30, "gib": 1 << 30}
-_SIZE = re.compile(r"\s*(\d+)\s*([a-zA-Z]*)\s*")
-
-
-def parse_size(text: str) -> int:
-    """``4096``, ``4K``, ``4KiB``, ``64MiB`` (binary units) -> bytes."""
-    m = _SIZE.fullmatch(text)
-    unit = m.group(2).lower() if m else ""
-    if m is None or unit not in _UNITS:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 4096, 4KiB, 64MiB)")
-    return int(m.group(1)) * _UNITS[unit]
-
-
-def parse_sizes(text: str) -> list[int]:
-    """A comma-separated list of sizes."""
-    return [parse_size(s) for s in text.split(",") if s.strip()]
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

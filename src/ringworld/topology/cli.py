@@ -28,8 +28,7 @@ import math
 import sys
 from typing import TYPE_CHECKING
 
-from ringworld._argtypes import positive_int
-from ringworld.bench.pingpong import parse_size, parse_sizes
+from ringworld._argtypes import parse_size, parse_sizes, positive_int
 from ringworld.errors import ConfigError
 from ringworld.topology.model import TopologyError, dump, to_json
 from ringworld.topology.presets import PATTERNS, PRESETS
