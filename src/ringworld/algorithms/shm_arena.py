@@ -1,0 +1,729 @@
+"""The shared windows of one communicator and the flag barrier over them (see
+:mod:`ringworld.algorithms.shm` for the collectives that use them, and the windows' layout).
+
+An :class:`Arena` maps every rank's window, syncs the ranks (a flag barrier that also checks
+every rank's call number and signature), keeps the record a rank leaves in its header when it
+leaves a call with an error, stamps the eager broadcast ring, and races the direct and window
+paths where its :class:`~ringworld.algorithms.shm_policy.Policy` says so.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import weakref
+import zlib
+from collections.abc import Callable, Collection
+from functools import partial
+from time import perf_counter as _clock
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ringworld.algorithms.shm_policy import CHUNK, DIRECT, RACED, SMALL, Policy
+from ringworld.errors import CommBroken, CommError, MismatchError, PeerFailure, TransportError
+
+if TYPE_CHECKING:
+    from ringworld.comm.communicator import Communicator
+
+Array = np.ndarray[Any, Any]
+
+HEADER = 4096
+PAGE = 4096
+MAX_RANKS = HEADER // 8 - 64  # one header word per peer (consumed counters from word 64)
+# Which path a call takes (windows or direct copies, raced or not) is the Policy the arena
+# is handed (ringworld.tuning.shm_paths.DEFAULT: the measured sizes, and why)
+RACE_ALLTOALL, RACE_ALLGATHER, RACE_REDUCE_SCATTER = 0, 1, 2  # indices: RACED order
+RACE_WORD = 16  # header words 16..21: rank 0's picks, by collective and call parity
+RACE_KEEP = 3  # times kept per path: the estimate is their median
+RACE_TRY = 2  # calls of a try of the slower path
+RACE_FIRST, RACE_LAST = 4, 256  # calls between tries (growing while the tried path loses)
+# a lost try sets the gap to at least what keeps the tries' expected cost under this fraction
+# of the time (np=2 alltoall at 16-64 MiB, where the windows took 2x the direct path's time:
+# 10 of 165 calls on the windows with plain doubling up to 64, a 6% loss; now 4)
+RACE_COST = 0.02
+# small broadcasts go through a ring of this many entries (SMALL bytes each) in the root's
+# window, without a sync: the root returns once its data is in the ring (see Arena.eager_bcast)
+EAGER_RING = 8
+EAGER_DONE = 23  # header word: the eager broadcasts this rank has finished
+EAGER_STAMP = 32  # header words 32 ..: per ring entry, (broadcast number << 32) | its signature
+SEQ_WORD = 2  # header words 2, 3: by sync parity, the number of the call that made the sync
+# A rank that leaves a call with an error says so in its header, for good (see Arena.abandon):
+FAILED = 4  # header word: 1 + the number of the call it left (0: none)
+# header word: how (1: a mismatch, 2: another error, 3: a peer failed) | (1 + first rank) << 8
+FAILED_FROM = 5
+FAILED_TEXT = 40  # header words 40 ..: the first failure's text (utf-8, FAILED_TEXT_BYTES)
+REFUSED = 1 << 62  # in a sync's call-number word: this rank, the root, refuses the call
+REFUSED_KIND = 7  # header word: 1 ValueError, 2 TypeError (the refusal's text at FAILED_TEXT)
+FAILED_TEXT_BYTES = 192
+SEQ_MASK = 0x7FFFFFFF
+INLINE_SPIN = 256  # a few microseconds of counter checks (see Arena.sync)
+
+
+class Arena:
+    """The shared windows of one communicator and the flag barrier over them."""
+
+    def __init__(self, comm: Communicator, barrier: Callable[[], None], policy: Policy,
+                 chunk: int = CHUNK) -> None:
+        self.comm = comm
+        self.chunk = chunk
+        self.policy = policy
+        base = HEADER + 2 * SMALL
+        span = chunk + PAGE  # an area: a chunk, placed at any offset within a page
+        views = comm.map_shared(base + 2 * span + EAGER_RING * SMALL, "arena", barrier)
+        # word 0: the sync counter; words 8..11: two call signatures (bytes, kind) by parity;
+        # words 12, 13: where in area 0 / 1 the data starts (see place()); words 24, 25: the
+        # buffers peers may read directly (see publish()); word 26: the direct-read verdict;
+        # words 16..21: the race's picks (RACE_WORD); word 23 and words 32..39: the eager
+        # broadcasts done and the ring's stamps (EAGER_DONE, EAGER_STAMP).
+        # memoryviews: indexing one gives a plain int, the cheapest read in a spin loop
+        self._ctr = [v[:HEADER].cast("q") for v in views]
+        self._mine = self._ctr[comm.rank]
+        self._slots = [(np.frombuffer(v, dtype=np.uint8, count=SMALL, offset=HEADER),
+                        np.frombuffer(v, dtype=np.uint8, count=SMALL, offset=HEADER + SMALL))
+                       for v in views]
+        self._slot_cache: dict[tuple[int, np.dtype[Any], int], list[Array]] = {}
+        self._areas = [(np.frombuffer(v, dtype=np.uint8, count=span, offset=base),
+                        np.frombuffer(v, dtype=np.uint8, count=span, offset=base + span))
+                       for v in views]
+        self._ring = [np.frombuffer(v, dtype=np.uint8, count=EAGER_RING * SMALL,
+                                    offset=base + 2 * span) for v in views]
+        self._ring_cache: dict[tuple[int, int, np.dtype[Any], int], Array] = {}
+        self._others = [v for i, v in enumerate(self._ctr) if i != comm.rank]
+        self._ring_done = 0  # every rank has finished the eager broadcasts up to this one
+        self._bseq = 0  # eager broadcasts so far (the same on every rank)
+        self._bhash = 0  # a hash of their roots and signatures, checked at every sync
+        self._epoch = 0
+        self._seq = -1  # the number of the call in progress (as the communicator counts
+        # calls); -1 while the windows are set up
+        # why this rank's windows cannot be used any more (see abandon): (how, first rank, text)
+        self.broken: tuple[int, int, str] | None = None
+        self._what = ("", "", 0)
+        self.timeout: float | None = None
+        self._sig: tuple[int, int, str] | None = None  # checked at the call's syncs
+        self._call: tuple[int, int, str] | None = None  # the call's, for the monitor
+        self._crc: dict[tuple[Any, ...], tuple[int, str]] = {}
+        self.pieces = 0  # pieces streamed so far (the same count on every rank)
+        # counter checks in sync() before the general wait; none when ranks outnumber cores
+        # (the awaited rank may need this one's core)
+        self._inline_spin = 0 if comm.oversubscribed else INLINE_SPIN
+        # ranks share cores (direct copies start later): every rank has the same answer (the
+        # ranks' core counts are exchanged at start-up), as it picks between paths that every
+        # rank must take alike
+        self.crowded = comm.oversubscribed
+        # per collective, the size from which it takes the direct path (tuning's policy)
+        self.direct_min = {c: policy.direct_from(c, self.crowded) for c in DIRECT}
+        self.direct = self._probe_direct()
+        comm.describe_calls(weakref.WeakMethod(self._describe))
+        self._races = [0, 0, 0]  # raced calls so far, by collective (the same on every rank)
+        self._race_log: dict[int, _Race] = {}  # rank 0's times, by kind << 8 | size class
+        self._race_mask = [0, 0, 0]  # rank 0: the size classes whose next call leaves the default
+        self._racing: tuple[_Race, bool, float] | None = None  # rank 0: the call being timed
+
+    # ------------------------------------------------------------ direct or window path
+    def race(self, kind: int, nbytes: int, default: bool) -> bool:
+        """Whether this call of collective ``kind`` (RACE_*) takes the direct path.
+
+        ``default`` is what the thresholds say, and the path of a size class's first calls
+        (and of every call the policy does not race: a crowded job's, or one too small or too
+        large).
+        Rank 0 times every call (see :meth:`raced`) and keeps, per collective and power-of-two
+        size class, the last times of each path; the faster path is taken, the other tried
+        again now and then, as the machine may change speed (see :class:`_Race`).
+
+        Rank 0 publishes the paths of call c + 1 (a bitmask over the size classes that leave
+        the default) in header word ``RACE_WORD + 2 * kind + (c + 1) % 2`` at the start of call
+        c; every rank reads word ``... + c % 2`` at the start of call c. Every raced path syncs
+        at least once, so call c's readers have all read that word before rank 0 writes it
+        again (at the start of call c + 1, past call c's syncs) and have all seen the write
+        before call c + 1. Collective: every rank must call it for the same calls. Cost: a few
+        microseconds on rank 0.
+        """
+        if not self.policy.races(RACED[kind], nbytes, self.crowded):
+            self._racing = None
+            return default
+        c = self._races[kind]
+        self._races[kind] = c + 1
+        cls = nbytes.bit_length()
+        direct = default != bool(self._ctr[0][RACE_WORD + 2 * kind + (c & 1)] >> cls & 1)
+        if self.comm.rank == 0:
+            rec = self._race_log.get(kind << 8 | cls)
+            if rec is None:
+                rec = self._race_log[kind << 8 | cls] = _Race(default)
+                rec.plan()  # this call's (the default)
+            mask = self._race_mask[kind]
+            mask = mask | 1 << cls if rec.plan() != default else mask & ~(1 << cls)
+            self._race_mask[kind] = mask
+            self._mine[RACE_WORD + 2 * kind + ((c + 1) & 1)] = mask
+            self._racing = (rec, direct, _clock())
+        return direct
+
+    def raced(self) -> None:
+        """End a call that :meth:`race` started: rank 0 records its time."""
+        racing = self._racing
+        if racing is not None:
+            self._racing = None
+            racing[0].add(racing[1], _clock() - racing[2])
+
+    # ------------------------------------------------------------ single-copy peer reads
+    def _probe_direct(self) -> bool:
+        """Whether every rank can read and write every other's memory (agreed: all ranks get
+        one answer).
+
+        Each rank publishes a private word and a mailbox; every rank reads every peer's word
+        and writes its mark into every peer's mailbox; the verdicts are combined through the
+        counters, so no rank uses direct copies unless all can.
+        """
+        comm = self.comm
+        if not comm.supports_peer_reads:
+            return False
+        me = comm.rank
+        token = np.array([int.from_bytes(os.urandom(7), "little")], dtype=np.int64)
+        box = np.zeros(comm.size, dtype=np.int64)  # peers write their rank + 1 into it
+        self._mine[24] = _addr(token)
+        self._mine[25] = int(token[0])
+        self._mine[27] = _addr(box)
+        self.sync()
+        ok = 1
+        got = np.zeros(1, dtype=np.int64)
+        mark = np.array([me + 1], dtype=np.int64)
+        for i, c in enumerate(self._ctr):
+            if i != me:
+                try:
+                    comm.read_peer(i, c[24], _addr(got), 8)
+                    comm.write_peer(i, c[27] + 8 * me, _addr(mark), 8)
+                except TransportError:
+                    ok = 0
+                    break
+                if int(got[0]) != c[25]:
+                    ok = 0
+                    break
+        self.sync()  # every write has landed
+        if any(int(box[i]) != i + 1 for i in range(comm.size) if i != me):
+            ok = 0
+        self._mine[26] = ok
+        self.sync()
+        verdict = all(c[26] == 1 for c in self._ctr)
+        self.sync()  # everyone has read the tokens (and verdicts) before they go away
+        return verdict
+
+    def publish(self, which: int, arr: Array) -> None:
+        """Announce the address of this rank's buffer ``which`` (0, 1) for peers to read."""
+        self._mine[24 + which] = _addr(arr)
+
+    def read(self, rank: int, which: int, offset: int, into: Array) -> None:
+        """Copy ``into.nbytes`` from ``offset`` bytes into ``rank``'s published buffer."""
+        if into.nbytes:
+            self.comm.read_peer(rank, self._ctr[rank][24 + which] + offset, _addr(into),
+                                into.nbytes)
+
+    def write(self, rank: int, which: int, offset: int, data: Array) -> None:
+        """Copy ``data`` to ``offset`` bytes into ``rank``'s published buffer."""
+        if data.nbytes:
+            self.comm.write_peer(rank, self._ctr[rank][24 + which] + offset, _addr(data),
+                                 data.nbytes)
+
+    @property
+    def what(self) -> str:
+        """The collective in progress, for messages."""
+        return f"{self._what[0]} (shm) #{self._what[2]} on {self._what[1]}"
+
+    def begin(self, what: str, timeout: float | None, nbytes: int,
+              kind: tuple[Any, ...], seq: int = 0) -> None:
+        """Start collective number ``seq``: name it for errors and check at the next sync that
+        every rank called it with the same size and ``kind`` (dtype, op, root: what must
+        agree)."""
+        self.begin_signed(what, timeout, self.signature(what, nbytes, kind), seq)
+
+    def signature(self, what: str, nbytes: int, kind: tuple[Any, ...]) -> tuple[int, int, str]:
+        """What :meth:`begin` checks across ranks: (bytes, checksum of the call, its text)."""
+        key = (what, *kind)
+        found = self._crc.get(key)
+        if found is None:
+            text = " ".join(str(k) for k in key)
+            found = self._crc[key] = (zlib.crc32(text.encode()), text)
+        return (nbytes, *found)
+
+    def begin_signed(self, what: str, timeout: float | None, sig: tuple[int, int, str],
+                     seq: int) -> None:
+        """:meth:`begin` with the call's :meth:`signature` computed earlier (kept by callers
+        that repeat one call)."""
+        if self.broken is not None:
+            self._what = (what, self.comm.name, seq)
+            raise self._broken_error()
+        self._what = (what, self.comm.name, seq)
+        self._seq = seq
+        self.timeout = timeout
+        self._sig = self._call = sig
+
+    def place(self, which: int, like: Array) -> None:
+        """Start this rank's data in area ``which`` at ``like``'s address modulo a page.
+
+        Copies between addresses a few bytes apart modulo 4 KiB (a page-aligned area and a
+        numpy buffer 16 bytes past a page) run up to 10x slower: loads falsely wait on recent
+        stores to the same low address bits. Matching the user buffer's page offset makes the
+        copy in, and the copies out into similarly placed buffers of other ranks, run at full
+        speed. Readers find the offset in this rank's header.
+        """
+        off = _addr(like) % PAGE if like.size else 0
+        self._mine[12 + which] = off - off % like.itemsize
+
+    def area(self, rank: int, which: int, dtype: np.dtype[Any], count: int) -> Array:
+        """``count`` elements of ``dtype`` where ``rank``'s data in area ``which`` starts."""
+        off = self._ctr[rank][12 + which]
+        return self._areas[rank][which][off : off + count * dtype.itemsize].view(dtype)
+
+    def slots(self, parity: int, dtype: np.dtype[Any], count: int) -> list[Array]:
+        """Every rank's small slot ``parity`` as ``count`` elements of ``dtype`` (cached)."""
+        key = (parity, dtype, count)
+        views = self._slot_cache.get(key)
+        if views is None:
+            if len(self._slot_cache) > 256:
+                self._slot_cache.clear()
+            nb = count * dtype.itemsize
+            views = self._slot_cache[key] = [s[parity][:nb].view(dtype) for s in self._slots]
+        return views
+
+    def next_parity(self) -> int:
+        """The slot parity of the next sync."""
+        return (self._epoch + 1) & 1
+
+    def sync(self) -> None:
+        """Wait until every rank has reached this point (a barrier over shared counters).
+
+        Raises:
+            Timeout, PeerFailure: as :meth:`Communicator.spin_until`.
+            MismatchError: ranks started different calls (see :meth:`begin`).
+        """
+        self.arrive()
+        self.await_all()
+
+    def arrive(self) -> None:
+        """The first half of :meth:`sync`: tell the others this rank has reached it. Work done
+        before :meth:`await_all` overlaps the wait for slower ranks; it may touch only this
+        rank's own buffers (peers may already be past the sync)."""
+        self._epoch += 1
+        e = self._epoch
+        mine = self._mine
+        sig = self._sig
+        if sig is not None:
+            at = 8 + 2 * (e & 1)  # by parity: a rank may announce its next call meanwhile
+            mine[at] = sig[0]
+            mine[at + 1] = sig[1] | self._bhash << 32  # and the eager broadcasts before it
+        mine[SEQ_WORD + (e & 1)] = self._seq
+        mine[0] = e
+        self.comm.wake_peers()
+
+    def await_all(self) -> None:
+        """The second half of :meth:`sync`: wait until every rank has arrived.
+
+        Raises:
+            as :meth:`sync`.
+        """
+        e = self._epoch
+        spin = self._inline_spin
+        for c in self._ctr:
+            if c[0] < e:
+                # the peer is usually a few microseconds behind: spin on its counter here
+                # before the general wait (which builds its closures and polls the transports)
+                for _ in range(spin):
+                    if c[0] >= e:
+                        break
+                else:
+                    self._wait(e)
+                    break
+        # every sync checks that every rank reached it in this same call, made alike: a rank
+        # that left an earlier call with an error reaches the same sync count in a later one
+        # (one pass of word reads here; the analysis only where one differs)
+        seq = self._seq
+        sq = SEQ_WORD + (e & 1)
+        sig = self._sig
+        # (a rank that left a call with an error arrives at no sync after it: see begin)
+        if sig is None:
+            for c in self._ctr:
+                if c[sq] != seq:
+                    self._out_of_step(e, sig)
+            return
+        at = 8 + 2 * (e & 1)
+        size = sig[0]
+        word = sig[1] | self._bhash << 32
+        for c in self._ctr:
+            if c[at] != size or c[at + 1] != word or c[sq] != seq:
+                self._out_of_step(e, sig)
+
+    def _out_of_step(self, e: int, sig: tuple[int, int, str] | None) -> None:
+        """Why the ranks' words at sync ``e`` differ from this rank's (see :meth:`await_all`):
+        raise the error, or return if nothing is wrong after all (this rank's own refusal)."""
+        seq = self._seq & ~REFUSED  # (set while this rank refuses the call)
+        sq = SEQ_WORD + (e & 1)
+        for i, c in enumerate(self._ctr):
+            if c[FAILED] and c[sq] & ~REFUSED != seq:  # then name the first failure
+                self._check_failed()
+            if c[sq] == seq | REFUSED and i != self.comm.rank:
+                refused = TypeError if c[REFUSED_KIND] == 2 else ValueError
+                bad = refused(self._read_text(i))
+                setattr(bad, "in_step", True)  # noqa: B010 (see abandon)
+                raise bad
+        if sig is not None:
+            at = 8 + 2 * (e & 1)
+            word = sig[1] | self._bhash << 32
+            for c in self._ctr:
+                if c[at] != sig[0] or c[at + 1] != word:
+                    # every rank raises here; the calls may have counted raced calls apart
+                    # (sizes on either side of the policy's race_min): count afresh, all
+                    # reading the same pick words (rank 0's last writes, before this sync)
+                    self._races = [0, 0, 0]
+                    seen = [(c[at], c[at + 1]) for c in self._ctr]
+                    if all(b == sig[0] and k & 0xFFFFFFFF == sig[1] for b, k in seen):
+                        raise MismatchError(
+                            f"{self.what}: the ranks made different small broadcasts before "
+                            f"it (roots, sizes or types differ; this rank made "
+                            f"{self._bseq}); per rank, a hash of them: "
+                            + ", ".join(f"rank {i}: {k >> 32:08x}"
+                                        for i, (_, k) in enumerate(seen)))
+                    exc = MismatchError(
+                        f"{self.what}: ranks called it differently (this rank: {sig[2]}, "
+                        f"{sig[0]} bytes); per rank (bytes, call signature): "
+                        + ", ".join(f"rank {i}: ({b}, {k & 0xFFFFFFFF:08x})"
+                                    for i, (b, k) in enumerate(seen)))
+                    if all(c[sq] & ~REFUSED == seq for c in self._ctr):
+                        # every rank reads the same words here, so every rank raises at this
+                        # same sync, in the same call: the windows stay in step and usable
+                        setattr(exc, "in_step", True)  # noqa: B010 (no such field in the class)
+                    raise exc
+        for c in self._ctr:
+            if c[sq] & ~REFUSED != seq:
+                raise MismatchError(
+                    f"{self.what}: ranks reached this sync in different calls (one left a "
+                    f"call or made one more); per rank, its call number: "
+                    + ", ".join(f"rank {i}: #{c[sq]}" for i, c in enumerate(self._ctr)))
+
+    def eager_bcast(self, buf: Array, root: int) -> None:
+        """Broadcast ``buf`` (at most SMALL bytes) through ``root``'s ring, without a sync.
+
+        Broadcast number s (counted alike on every rank) uses entry s % EAGER_RING of the
+        root's ring. The root waits until every rank has finished broadcast s - EAGER_RING
+        (header word EAGER_DONE), copies ``buf`` into the entry and stamps it (header word
+        EAGER_STAMP + entry: s and the call's signature), and returns; the others wait for the
+        stamp, check that the signature is theirs, copy the entry out and count the broadcast
+        done. x86 stores become visible in program order, so a stamp seen means its data is
+        there, and a count seen means the entry has been read. A root thus runs up to
+        EAGER_RING broadcasts ahead of the slowest rank instead of waiting for all of them
+        every call, as MPI allows.
+
+        Disagreements fail as MismatchError: a rank whose root has reached a sync without
+        stamping the entry (it called something else), a stamp with another signature (other
+        size, type or root), two ranks stamping one broadcast (both think they are its root:
+        seen by the second at once, or at the next sync, whose signatures carry a hash of every
+        rank's broadcasts so far).
+
+        Raises:
+            Timeout, PeerFailure: as :meth:`sync` (a rank stopped taking broadcasts, or the
+            root stopped sending them).
+            MismatchError: as above.
+        Cost: one copy in (root) or out (others) and a few shared-memory reads.
+        """
+        s = self._bseq + 1
+        e = s % EAGER_RING
+        sig = self._sig
+        self._sig = None  # no sync checks this call
+        assert sig is not None, "begin() names the call first"
+        # the call number too: a root that left an earlier call before stamping it stamps its
+        # next broadcast into the same entry, and that must not pass for this one
+        mark = (sig[1] ^ (sig[0] * 0x9E3779B1) ^ (self._seq * 0x85EBCA77)) & 0xFFFFFFFF
+        want = s & SEQ_MASK  # the broadcast number in a stamp
+        stamp = want << 32 | mark
+        me = self.comm.rank
+        ctr = self._ctr
+        word = EAGER_STAMP + e
+        if me == root:
+            if s - EAGER_RING > self._ring_done:  # the entry may not have been read yet
+                self._ring_space(s - EAGER_RING)
+            self._entry(me, e, buf)[...] = buf
+            self._mine[word] = stamp
+            for c in self._others:
+                if c[word] >> 32 == want:  # (of two such roots, the later one sees it)
+                    them = [i for i, d in enumerate(ctr) if i != me and d[word] >> 32 == want]
+                    raise MismatchError(f"{self.what}: ranks {me} and {them[0]} both called "
+                                        f"it as the root")
+        else:
+            src = ctr[root]
+            if src[word] >> 32 != want:
+                epoch = self._epoch
+
+                def stamped() -> bool:
+                    # the root's sync counter first: once it is past this rank's, the stamp
+                    # (stored before it) is visible if the root made this broadcast at all
+                    moved = src[0] > epoch
+                    return src[word] >> 32 == want or moved
+
+                self._eager_wait(stamped, lambda: [root], f"rank {root}'s broadcast {s}")
+            got = src[word]
+            if got != stamp:
+                self._check_failed()
+                if got >> 32 != want:
+                    raise MismatchError(
+                        f"{self.what}: rank {root}, its root, went on to another collective "
+                        f"without making this broadcast (ranks called different collectives)")
+                raise MismatchError(
+                    f"{self.what}: rank {root} broadcast something else (size, type or root "
+                    f"differ: signature {got & 0xFFFFFFFF:08x} against this rank's {mark:08x})")
+            buf[...] = self._entry(root, e, buf)
+        self._mine[EAGER_DONE] = s
+        self._bseq = s
+        self._bhash = (self._bhash * 1000003 + (root + 1) * 0x9E3779B1 + mark) & SEQ_MASK
+        self.comm.wake_peers()
+
+    def _ring_space(self, need: int) -> None:
+        """Wait until every rank has finished broadcast ``need``; note how far all have got
+        (so that the next EAGER_RING - 1 calls or so need not look)."""
+        ctr = self._ctr
+        if any(c[EAGER_DONE] < need for c in ctr):
+            self._eager_wait(lambda: all(c[EAGER_DONE] >= need for c in ctr),
+                             lambda: [i for i, c in enumerate(ctr) if c[EAGER_DONE] < need],
+                             f"rank(s) to take broadcast {need} out of the ring")
+        self._ring_done = min(c[EAGER_DONE] for c in ctr)
+
+    def _entry(self, rank: int, e: int, like: Array) -> Array:
+        """Entry ``e`` of ``rank``'s eager ring, as ``like``'s dtype and size (cached)."""
+        key = (rank, e, like.dtype, like.size)
+        view = self._ring_cache.get(key)
+        if view is None:
+            if len(self._ring_cache) > 1024:
+                self._ring_cache.clear()
+            lo = e * SMALL
+            view = self._ring_cache[key] = self._ring[rank][lo : lo + like.nbytes].view(
+                like.dtype)
+        return view
+
+    def _eager_wait(self, cond: Callable[[], bool], missing: Callable[[], list[int]],
+                    what: str) -> None:
+        ranks = self.comm.world_ranks
+        self.comm.spin_until(cond, self.timeout, lambda: f"{self.what}, waiting for {what}",
+                             lambda: [ranks[i] for i in missing()],
+                             partial(self._check_failed, cond))
+
+    # ------------------------------------------------------------ calls left with an error
+    def abandon(self, exc: BaseException) -> None:
+        """Record that this rank leaves the call in progress with ``exc``; the windows are
+        unusable from now on (the ranks' sync counts and streams no longer line up).
+
+        Peers find it in this rank's header: those waiting in the call (or any later one) raise
+        at once, naming the first rank that failed and why, instead of waiting for a count this
+        rank may reach in its next call, with other data. This rank's later shared-memory calls
+        on the communicator raise too; a mismatch also breaks its collective sequence, as on
+        the message path. Idempotent. Cost: a few header writes.
+        """
+        if self.broken is not None or getattr(exc, "in_step", False):
+            return
+        me = self.comm.world_ranks[self.comm.rank]
+        found: tuple[int, int, str] | None = getattr(exc, "first_failure", None)
+        if found is not None:
+            how, first, text = found
+        elif isinstance(exc, PeerFailure):  # the failed rank is the first failure
+            how, first, text = 3, exc.rank, exc.detail.split("; while waiting")[0]
+        else:
+            how = 1 if isinstance(exc, MismatchError) else 2
+            first, text = me, f"{type(exc).__name__}: {exc}"
+        self.broken = (how, first, text)
+        self._write_text(text)
+        mine = self._mine
+        mine[FAILED_FROM] = how | (first + 1) << 8
+        mine[FAILED] = self._seq + 1  # last: a peer that sees it sees the rest
+        if how == 1:
+            self.comm.note_broken_sequence(self._seq, text.removeprefix("MismatchError: "))
+        self.comm.wake_peers()
+
+    def _check_failed(self, cond: Callable[[], bool] | None = None) -> None:
+        """Raise if a rank has left a call (see :meth:`abandon`), or the communicator's
+        collective sequence broke elsewhere (a rank on the message path found a mismatch).
+        ``cond``: what a wait waits for; if it holds after all (the rank did its part here,
+        then left), nothing is wrong here. A rank that left makes no later call on these
+        windows, so nothing it does after can make ``cond`` hold."""
+        failed = [i for i, c in enumerate(self._ctr) if c[FAILED] and i != self.comm.rank]
+        if not failed:
+            if self._seq >= 0:
+                self.comm.check_sequence(self._seq, self._sig)
+            return
+        if cond is not None and cond():
+            return
+        # the rank whose own failure it was, if one says so; else the first to tell
+        ranks = self.comm.world_ranks
+        pick = failed[0]
+        for i in failed:
+            if self._ctr[i][FAILED_FROM] >> 8 == ranks[i] + 1:
+                pick = i
+                break
+            if self._ctr[i][FAILED_FROM] & 0xFF == 3:  # a failed peer: name it
+                pick = i
+        c = self._ctr[pick]
+        how, first = c[FAILED_FROM] & 0xFF, (c[FAILED_FROM] >> 8) - 1
+        raise _peer_left(how, first, self._read_text(pick), self.what, c[FAILED] - 1)
+
+    def _write_text(self, text: str) -> None:
+        raw = text.encode("utf-8", "replace")[:FAILED_TEXT_BYTES]
+        words = np.zeros(FAILED_TEXT_BYTES // 8, dtype="<i8")
+        words.view(np.uint8)[: len(raw)] = np.frombuffer(raw, dtype=np.uint8)
+        mine = self._mine
+        for i, w in enumerate(words.tolist()):
+            mine[FAILED_TEXT + i] = w
+
+    def _read_text(self, rank: int) -> str:
+        c = self._ctr[rank]
+        words = np.array([c[FAILED_TEXT + i] for i in range(FAILED_TEXT_BYTES // 8)],
+                         dtype="<i8")
+        return words.tobytes().rstrip(b"\0").decode("utf-8", "replace")
+
+    def refuse(self, text: str, kind: type[Exception] = ValueError) -> None:
+        """This rank, the root of the call begun, refuses it: its arguments are wrong in a way
+        only it can see (``text`` says how). It takes part in the call's first sync, where
+        every other rank raises ``kind`` with ``text`` (all at the same sync, so the windows
+        stay in step and usable); the caller then raises its own error.
+
+        Raises:
+            Timeout, PeerFailure: as :meth:`sync`.
+        """
+        self._write_text(text)
+        self._mine[REFUSED_KIND] = 2 if kind is TypeError else 1
+        seq = self._seq
+        self._seq = seq | REFUSED  # what this sync's call-number word says
+        try:
+            self.sync()
+        except BaseException as exc:
+            self._seq = seq
+            self.abandon(exc)
+            raise
+        self._seq = seq
+
+    def _describe(self) -> tuple[int, str] | None:
+        """The call in progress, for the monitor: (its number, its signature text)."""
+        sig = self._call
+        return None if sig is None else (self._seq, f"{sig[2]} (shm, {sig[0]} bytes)")
+
+    def _broken_error(self) -> CommError:
+        """The error of a call on windows that a failure made unusable (see :meth:`abandon`)."""
+        assert self.broken is not None
+        how, first, text = self.broken
+        kind = MismatchError if how == 1 else CommBroken
+        return kind(f"{self.what}: the shared-memory collectives on {self.comm.name} stopped "
+                    f"when world rank {first} left a call with {text}")
+
+    @property
+    def counters(self) -> list[memoryview]:
+        """Every rank's header words (word 28: pieces produced, 29: consumed, 30: size)."""
+        return self._ctr
+
+    def wait_for(self, cond: Callable[[], bool], missing: Callable[[], Collection[int]],
+                 what: str) -> None:
+        """Wait for a condition on the counters (see :meth:`Communicator.spin_until`).
+
+        Raises:
+            as :meth:`Communicator.spin_until`; CommBroken or MismatchError when a rank left
+            the call (see :meth:`abandon`).
+        """
+        self.comm.spin_until(cond, self.timeout, lambda: f"{self.what}, waiting for {what}",
+                             missing, partial(self._check_failed, cond))
+
+    def _wait(self, e: int) -> None:
+        ctr = self._ctr
+
+        def arrived() -> bool:
+            return all(c[0] >= e for c in ctr)
+
+        ranks = self.comm.world_ranks
+
+        def missing() -> Collection[int]:
+            return [ranks[i] for i, c in enumerate(ctr) if c[0] < e]
+
+        def describe() -> str:
+            who = [i for i, c in enumerate(ctr) if c[0] < e]
+            return f"{self.what}, shared-memory sync {e}, waiting for rank(s) {who}"
+
+        self.comm.spin_until(arrived, self.timeout, describe, missing,
+                             partial(self._check_failed, arrived))
+
+
+def _peer_left(how: int, first: int, text: str, what: str, seq: int) -> CommError:
+    """The error of a rank that finds that world rank ``first`` left call ``seq`` with
+    ``text``: a MismatchError where that was one (``how`` 1), a PeerFailure naming the failed
+    rank where a rank left because ``first`` failed (``how`` 3), else CommBroken. It carries
+    (how, first, text) for :meth:`Arena.abandon`, which passes the first failure on."""
+    exc: CommError
+    if how == 3:
+        exc = PeerFailure(first, f"{text}; while waiting for {what} (a rank left it so)")
+    else:
+        kind = MismatchError if how == 1 else CommBroken
+        exc = kind(f"{what}: world rank {first} left call #{seq} of this communicator with "
+                   f"{text}")
+    setattr(exc, "first_failure", (how, first, text))  # noqa: B010 (no such field in the class)
+    return exc
+
+
+class _Race:
+    """Rank 0's times of the two paths of one collective at one size class (see Arena.race).
+
+    Calls take the best path; every ``gap`` calls (RACE_FIRST, at least doubling while the other
+    keeps losing, and long enough that tries cost at most RACE_COST of the time, up to
+    RACE_LAST) a *try* runs RACE_TRY calls of the other, which takes over if their mean beats
+    the median of the best's last RACE_KEEP times by 10%. A try also starts at
+    once when the best's median grows past the other's last known median (the machine slowed
+    the best down).
+    """
+
+    __slots__ = ("best", "default", "fresh", "gap", "times", "trying", "wait")
+
+    def __init__(self, default: bool) -> None:
+        self.default = default
+        self.best = default
+        self.times: tuple[list[float], list[float]] = ([], [])  # window path, direct path
+        self.wait = RACE_TRY  # calls of the best path before the next try
+        self.gap = RACE_FIRST
+        self.trying = 0  # calls of the running try planned so far (0: none running)
+        self.fresh: list[float] = []  # the running try's times
+
+    def plan(self) -> bool:
+        """The path of the next call (True: direct); call once per call, in order."""
+        if 0 < self.trying < RACE_TRY:
+            self.trying += 1
+            return not self.best
+        if self.trying:  # the try is planned in full: back to the best (add() may change it)
+            self.trying = 0
+            self.wait = self.gap
+        if self.wait <= 0:
+            self.trying = 1
+            self.fresh = []
+            return not self.best
+        self.wait -= 1
+        return self.best
+
+    def add(self, direct: bool, seconds: float) -> None:
+        """Record the time of a call that took path ``direct`` (calls in the order planned)."""
+        t = self.times[direct]
+        t.append(seconds)
+        if len(t) > RACE_KEEP:
+            del t[0]
+        if direct != self.best:
+            self.fresh.append(seconds)
+            if len(self.fresh) < RACE_TRY:
+                return
+            ratio = sum(self.fresh) / len(self.fresh) / _median(self.times[self.best])
+            self.fresh = []
+            if ratio < 0.9:
+                self.best = direct
+                self.gap = RACE_FIRST
+            else:  # a try costs RACE_TRY * (ratio - 1) calls' time: spread it over the gap
+                self.gap = min(max(2 * self.gap, math.ceil(RACE_TRY * (ratio - 1) / RACE_COST)),
+                               RACE_LAST)
+            self.wait = self.gap
+        elif self.times[not direct] and not self.trying and (
+                0.9 * _median(t) > _median(self.times[not direct])):
+            self.wait = 0
+
+
+def _median(t: list[float]) -> float:
+    return sorted(t)[len(t) // 2]
+
+
+def _addr(a: Array) -> int:
+    addr: int = a.__array_interface__["data"][0]
+    return addr
