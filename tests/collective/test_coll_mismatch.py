@@ -80,7 +80,7 @@ def _disagree(comm: Any, kind: str, stay: float) -> list[str]:
     return seen
 
 
-PROGRAM = inspect.getsource(_disagree) + """
+PROGRAM = "from typing import Any\n\n" + inspect.getsource(_disagree) + """
 import sys
 import ringworld
 
