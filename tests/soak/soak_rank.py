@@ -228,7 +228,7 @@ def clear_bounded_caches(world: Communicator) -> None:
     """Empty the library's caches that are bounded by design (schedules, call signatures,
     checked ops, algorithm choices): the soak's random layouts would fill them for a long time,
     hiding or faking growth. Run at the same point of the sequence on every rank."""
-    from ringworld.collective import communicator as coll_comm
+    from ringworld.collective import core as coll_comm
 
     registry.build.cache_clear()
     # private names: a cache renamed away is simply not cleared (the bounds then allow for it)

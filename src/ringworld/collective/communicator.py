@@ -14,33 +14,20 @@ Object collectives (``bcast_obj``, ``allreduce_obj``, ...) are in :class:`Object
 from __future__ import annotations
 
 import math
-import weakref
-import zlib
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from ringworld._lazy import LazyModule
-from ringworld.algorithms import registry
 from ringworld.algorithms.registry import HIERARCHICAL, SHM
 from ringworld.algorithms.schedule import Spec
-from ringworld.algorithms.shm_policy import SMALL
 from ringworld.collective.markers import IN_PLACE, UNDEFINED
-from ringworld.collective.objects import ObjectCollectives
 from ringworld.comm import ops
-from ringworld.comm.communicator import _as_int
-from ringworld.comm.engine import Engine
 from ringworld.comm.ops import Op
 from ringworld.comm.requests import (
-    SEQ_MASK,
-    SIG_SHIFT,
     CompletedRequest,
     Request,
-    check_timeout,
-    wait_all,
 )
-from ringworld.errors import CommError, CommRevoked, MismatchError, PeerFailure, Timeout
-from ringworld.tuning import constants
-from ringworld.tuning.select import Plan, Selector
+from ringworld.errors import CommRevoked, MismatchError, PeerFailure
 
 if TYPE_CHECKING:
     import numpy as np
@@ -48,286 +35,20 @@ if TYPE_CHECKING:
     from ringworld.algorithms import executor, shm
     from ringworld.collective import buffers as bufs
     from ringworld.collective.buffers import Array
-    from ringworld.comm.monitor import Monitor
 else:  # imported on the first collective call: init() and point-to-point never load numpy
     np = LazyModule("numpy", globals(), "np")
     executor = LazyModule("ringworld.algorithms.executor", globals(), "executor")
     shm = LazyModule("ringworld.algorithms.shm", globals(), "shm")
     bufs = LazyModule("ringworld.collective.buffers", globals(), "bufs")
 
+from ringworld.collective.core import OpLike
+from ringworld.collective.management import CommManagement
+
 __all__ = ["IN_PLACE", "UNDEFINED", "Communicator"]
 
-OpLike = Op | str
-_CHECKED_OPS: dict[tuple[OpLike, np.dtype[Any]], Op] = {}  # (op, dtype) pairs known valid
 
-
-def _gone() -> None:
-    """Stands for the weak reference to an ``IN_PLACE`` sendbuf (it matches no array)."""
-
-
-class Communicator(ObjectCollectives):
+class Communicator(CommManagement):
     """A group of ranks with point-to-point messaging and the full collective set."""
-
-    def __init__(self, engine: Engine, ranks: Sequence[int], context: int, name: str = "",
-                 selector: Selector | None = None, transport: str = "shm") -> None:
-        super().__init__(engine, ranks, context, name)
-        self.selector = selector or Selector(constants.DEFAULTS)
-        self.transport = transport if self.size > 1 else "self"
-        self.last_algorithm = ""
-        self._scratch: executor.Scratch | None = None  # made on first use (imports numpy)
-        self._freed = False
-        self._arena: shm.Arena | None = None
-        self._small_plans: dict[tuple[Any, ...], tuple[Op, tuple[int, int, str], bool]] = {}
-        # the last small allreduce's (weak refs to sendbuf and recvbuf, op, dtype, plan): a
-        # loop repeating one call skips the checks (weak, so no user buffer is kept alive)
-        self._last_small: tuple[Any, Any, Any, Any, Op, tuple[int, int, str]] | None = None
-        # per collective, the last small shared-memory call's (weak refs to its arrays, root or
-        # op, dtype, signature): see _again
-        self._repeat: dict[str, tuple[Any, Any, Any, Any, tuple[int, int, str]]] = {}
-        self._ndarray: Any = None  # numpy's ndarray, once the arena has loaded numpy
-        self._agree_round = 0  # agreements (agree, shrink) made on this communicator
-        self._hier: tuple[Self, Self | None] | None = None  # (host comm, leaders comm)
-        # (algorithm asked for, size class) -> hierarchical allreduce?
-        self._hier_choice: dict[tuple[str | None, int], bool] = {}
-        self._link_bw: float | None = None  # measured bytes/s between hosts
-        hosts, order = self._hosts()
-        # each rank's host index when the ranks span hosts (the tuner's topology), else None
-        index = {h: i for i, h in enumerate(order)}
-        self._layout = tuple(index[h] for h in hosts) if len(order) > 1 else None
-
-    # ------------------------------------------------------------------ plumbing
-    def _choose(self, collective: str, nbytes: int, algorithm: str | None, *,
-                commutative: bool = True, equal_blocks: bool = True,
-                blocking: bool = False) -> str:
-        self._check_open()
-        name = self.selector.choose(collective, self.size, nbytes, self.transport, algorithm,
-                                    commutative=commutative, equal_blocks=equal_blocks,
-                                    shm=self._shm_ok(collective, algorithm, blocking),
-                                    layout=self._layout)
-        self.last_algorithm = name
-        return name
-
-    def _shm_ok(self, collective: str, algorithm: str | None, blocking: bool) -> bool:
-        """Whether the shared-memory path can run this call (the selector decides whether
-        it does): blocking, one host, ranks that map each other's windows."""
-        # a barrier alone does not map the shared windows (start-up stays light); any other
-        # collective does, once, on its first call
-        return (blocking and self.transport == "shm"
-                and (self._arena is not None or collective != "barrier"
-                     or algorithm == SHM)  # first: a start-up barrier loads no numpy
-                and self.size <= shm.MAX_RANKS and self.supports_shared_memory)
-
-    def plan(self, collective: str, nbytes: int, *, algorithm: str | None = None,
-             commutative: bool = True, equal_blocks: bool = True,
-             blocking: bool = True) -> Plan:
-        """How a call of ``collective`` moving ``nbytes`` (the vector; one block for the
-        blocked collectives) would run on this communicator now, and why: the decision the
-        call itself takes (``print(comm.plan("allreduce", 8))`` shows the algorithm, its
-        kind, the reason and every candidate's predicted cost). Local: no traffic; where the
-        hierarchical allreduce's decision needs the link between hosts and it has not been
-        measured yet (by a call), an unlimited link is assumed.
-
-        Raises:
-            ValueError: an unknown collective or ``algorithm``, or one that cannot run the call.
-        """
-        self._check_open()
-        if (collective == "allreduce" and blocking and commutative
-                and self.selector.use_hierarchy(
-                    self._host_sizes(), float(nbytes), algorithm,
-                    lambda: math.inf if self._link_bw is None else self._link_bw)):
-            return self.selector.plan(collective, self.size, nbytes, self.transport,
-                                      algorithm, hierarchical=True)
-        return self.selector.plan(collective, self.size, nbytes, self.transport, algorithm,
-                                  commutative=commutative, equal_blocks=equal_blocks,
-                                  shm=self._shm_ok(collective, algorithm, blocking),
-                                  layout=self._layout)
-
-    def _shm(self, what: str, timeout: float | None, nbytes: int = 0,
-             kind: tuple[Any, ...] = (), sig: tuple[int, int, str] | None = None) -> shm.Arena:
-        """This communicator's shared-memory arena (mapped on first use: collective).
-
-        ``nbytes`` and ``kind`` (dtype, op, root...) are checked against every rank's at the
-        syncs: a disagreement raises MismatchError on every rank instead of corrupting.
-        ``sig``: their :meth:`Arena.signature`, when the caller kept it from an earlier call.
-        """
-        if timeout is not None:
-            check_timeout(timeout)  # before the call's number is taken: a local error
-        e = self._engine
-        if e.mismatched or e.remote_mismatches or e.strays:  # the sequence broke earlier
-            e.check_mismatched(self.coll_context)
-        if self._arena is None:
-            # before the call's number is taken: the set-up's barriers come first, signed with
-            # the call, so a rank in another call at the same number is caught as a mismatch
-            setup = f"{what} (shm: setting up the shared windows)"
-            try:
-                self._arena = shm.Arena(self, lambda: self._dissemination(timeout, setup),
-                                         self.selector.shm_policy)
-            except Timeout as exc:
-                raise Timeout(f"{what} (shm) on {self.name}: setting up shared memory: "
-                              f"{exc}") from exc
-            self.last_algorithm = SHM  # not the barriers that set the windows up
-            self._ndarray = np.ndarray
-        seq = self.next_seq()  # shared-memory collectives send no messages but keep tags in step
-        a = self._arena
-        if sig is None:
-            a.begin(what, timeout, nbytes, kind, seq)
-        else:
-            a.begin_signed(what, timeout, sig, seq)
-        return a
-
-    def _in_windows(self, run: Callable[..., None], a: shm.Arena, *args: Any) -> None:
-        """``run(a, *args)``: a shared-memory collective; one that raises leaves the windows
-        unusable, and says so to the peers (:meth:`Arena.abandon`), which raise too instead of
-        taking this rank's next call for this one."""
-        try:
-            run(a, *args)
-        except BaseException as exc:
-            a.abandon(exc)
-            raise
-
-    def _go(self, collective: str, algo: str, spec: Spec, arrays: Sequence[Array],
-            op: Op | None, blocking: bool, timeout: float | None,
-            finish: Callable[[], None] | None = None) -> Request[None]:
-        if timeout is not None:
-            check_timeout(timeout)  # before the call's number is taken: a local error
-        sched = registry.build(collective, algo, spec)  # cached: schedules are pure
-        what = (collective, algo)  # described with its size only if an error needs it
-        sig = self._signature(collective, algo, spec, arrays, op)
-        if blocking:
-            if sched.steps:
-                scratch = self._scratch
-                if scratch is None:
-                    scratch = self._scratch = executor.Scratch()
-                req: executor.CollectiveRequest[None] = executor.CollectiveRequest(
-                    self, sched, arrays, op, what, scratch, finish, inline=True, sig=sig)
-                req.run_inline(timeout)
-            else:
-                self.next_seq()
-                if finish is not None:
-                    finish()
-            return CompletedRequest(self._engine, None)
-        if not sched.steps:
-            self.next_seq()
-            if finish is not None:
-                finish()
-            return CompletedRequest(self._engine, None)
-        nb: executor.CollectiveRequest[None] = executor.CollectiveRequest(
-            self, sched, arrays, op, what, None, finish, sig=sig)
-        return nb
-
-    def _signature(self, collective: str, algo: str, spec: Spec, arrays: Sequence[Array],
-                   op: Op | None) -> int:
-        """A 16-bit hash of what every rank must agree on in this call, carried in the tags of
-        its messages so that a disagreement fails as MismatchError instead of hanging or
-        corrupting (the engine compares it with the peer's). Cost: one dict lookup."""
-        # per-rank sizes of the v/w variants legitimately differ; everything else must agree
-        varying = collective.endswith(("v", "w")) or spec.counts is not None
-        dtype = None
-        if arrays and collective != "alltoallw":
-            dtype = (arrays[1] if collective.startswith("scatter") else arrays[0]).dtype
-        key = (collective, algo, -1 if varying else spec.n, spec.root, dtype,
-               "" if op is None else op.name)
-        known = self._engine.signed_calls
-        found = known.get(key)
-        if found is None:
-            text = (f"{collective}(algorithm={algo}, count={'per rank' if varying else spec.n},"
-                    f" dtype={dtype}, op={key[5] or '-'}, root={spec.root})")
-            found = self._engine.sign(text)
-            if len(known) < 4096:
-                known[key] = found
-        return found
-
-    def _again(self, coll: str, sb: Any, rb: Any, extra: Any) -> tuple[int, int, str] | None:
-        """The shared-memory signature of the last ``coll`` if this call repeats it, else None:
-        the same array objects (still 1-D, same dtype, ``rb`` still writable) and the same
-        ``extra`` (root or op). A repeated call then skips the checks and the algorithm choice,
-        which cost more than the copies of small calls and, run with the caches cold after a
-        large one, 10-20 us a call. Cost: a few attribute reads.
-
-        Raises:
-            CommError / CommRevoked: the communicator was freed or revoked.
-        """
-        last = self._repeat.get(coll)
-        if (last is None or last[0]() is not sb or last[1]() is not rb or last[2] != extra
-                or sb.dtype is not last[3] or rb.dtype is not last[3] or sb.ndim != 1
-                or rb.ndim != 1 or not rb.flags.writeable):
-            return None
-        self._check_open()
-        self.last_algorithm = SHM
-        sig: tuple[int, int, str] = last[4]
-        return sig
-
-    def _keep(self, coll: str, sendbuf: Any, recvbuf: Any, sb: Array, rb: Array, extra: Any,
-              nbytes: int, kind: tuple[Any, ...]) -> None:
-        """Remember a shared-memory call made on the user's own 1-D arrays for :meth:`_again`
-        (weakly: no user array is kept alive)."""
-        if sb is sendbuf and rb is recvbuf and self._arena is not None:
-            sig = self._arena.signature(coll, nbytes, kind)
-            self._repeat[coll] = (weakref.ref(sb), weakref.ref(rb), extra, rb.dtype, sig)
-
-    def _op(self, op: OpLike, *bufs: Array) -> Op:
-        for b in bufs:
-            if b.size:
-                key = (op, b.dtype)
-                found = _CHECKED_OPS.get(key)
-                if found is None:
-                    found = ops.resolve(op)
-                    found.check_dtype(b.dtype, "the buffers")
-                    if len(_CHECKED_OPS) < 1024:
-                        _CHECKED_OPS[key] = found
-                return found
-        return ops.resolve(op)
-
-    def _root(self, root: int) -> int:
-        self._world(root, "root")  # validates
-        return int(root)
-
-    # ------------------------------------------------------------------ barrier
-    def barrier(self, *, algorithm: str | None = None, timeout: float | None = None) -> None:
-        """Block until every rank has entered the barrier (dissemination: log2 p rounds).
-
-        Raises:
-            Timeout, PeerFailure: a rank did not arrive in time or failed.
-        """
-        self._barrier(algorithm, True, timeout)
-
-    def ibarrier(self, *, algorithm: str | None = None) -> Request[None]:
-        """Start a barrier; the request completes once every rank has entered it."""
-        return self._barrier(algorithm, False, None)
-
-    def _barrier(self, algorithm: str | None, blocking: bool,
-                 timeout: float | None) -> Request[None]:
-        algo = self._choose("barrier", 0, algorithm, blocking=blocking)
-        if algo == SHM:
-            self._in_windows(shm.barrier, self._shm("barrier", timeout))
-            return CompletedRequest(self._engine, None)
-        if blocking and self.size > 1:  # without the executor: start-up needs no numpy
-            self._dissemination(timeout)
-            return CompletedRequest(self._engine, None)
-        return self._go("barrier", algo, Spec(self.size, self.rank), [], None, blocking, timeout)
-
-    def _dissemination(self, timeout: float | None,
-                       what: str = "barrier(algorithm=dissemination)") -> None:
-        """The dissemination barrier's schedule, run directly on zero-byte messages, signed
-        with ``what`` (a rank in another call is caught as a mismatch)."""
-        if timeout is not None:
-            check_timeout(timeout)
-        e = self._engine
-        tag = self.next_seq() | e.sign(what) << SIG_SHIFT
-        e.note_call(self.coll_context, tag)
-        if e.mismatched or e.remote_mismatches:  # the sequence broke earlier
-            e.check_mismatched(self.coll_context, tag & SEQ_MASK)
-        sink = memoryview(bytearray(0))
-        for step in registry.build("barrier", "dissemination", Spec(self.size, self.rank)).steps:
-            reqs: list[Request[Any]] = [self.coll_irecv(sink, x.peer, tag) for x in step.recvs]
-            for x in step.sends:
-                h = self.coll_isend(sink, x.peer, tag)
-                if h is not None:
-                    reqs.append(h)
-            try:
-                wait_all(reqs, timeout)
-            except Timeout as exc:
-                raise Timeout(f"barrier #{tag & SEQ_MASK} on {self.name}: {exc}") from exc
 
     # ------------------------------------------------------------------ bcast
     def bcast(self, buf: Any, root: int = 0, *, algorithm: str | None = None,
@@ -407,42 +128,6 @@ class Communicator(ObjectCollectives):
                                              commutative=o.commutative),
                         [sb, rb], o, blocking, timeout)
 
-    def _refuse_reduce(self, exc: TypeError | ValueError, sendbuf: Any, op: OpLike,
-                       algorithm: str | None, blocking: bool) -> NoReturn:
-        """The root's buffers are wrong: refuse the call on every rank (see :meth:`_refuse`),
-        in the shared windows if that is where the others are (the root's own sendbuf tells
-        which path they took)."""
-        try:
-            sb = bufs.as_array(sendbuf, "sendbuf")
-            o = self._op(op, sb)
-            algo = self._choose("reduce", sb.nbytes, algorithm, commutative=o.commutative,
-                                blocking=blocking)
-        except (TypeError, ValueError):
-            algo = ""
-        if algo == SHM:
-            root = self.rank
-            a = self._shm("reduce", None, sb.nbytes, (sb.dtype, o.name, root))
-            a.refuse(self._refusal(a.what, exc), type(exc))
-            raise exc
-        self._refuse("reduce", exc)
-
-    def _refusal(self, what: str, exc: BaseException) -> str:
-        return (f"{what}: the root (world rank {self._ranks[self.rank]}) refused its "
-                f"arguments: {type(exc).__name__}: {exc}")
-
-    def _refuse(self, collective: str, exc: TypeError | ValueError) -> NoReturn:
-        """Raise ``exc``, an error in arguments that only this rank, the root, checks; the
-        other ranks, which cannot see it, are in the call. The root takes the call's number
-        as they do and tells them (those waiting for the root raise the same error type,
-        naming it), and drops the messages they send it in that call: the communicator stays
-        usable on every rank. Cost: two store round trips, on this error path only."""
-        seq = self.next_seq()
-        e = self._engine
-        e.refuse_call(self.coll_context, seq,
-                      self._refusal(f"{collective} #{seq} on {self.name}", exc),
-                      type(exc).__name__)
-        raise exc
-
     def allreduce(self, sendbuf: Any, recvbuf: Any, op: OpLike = ops.SUM, *,
                   algorithm: str | None = None, timeout: float | None = None) -> None:
         """Combine every rank's ``sendbuf`` with ``op``; every rank gets the result.
@@ -458,75 +143,6 @@ class Communicator(ObjectCollectives):
         if algorithm is None and self._small_allreduce(sendbuf, recvbuf, op, timeout):
             return
         self._allreduce(sendbuf, recvbuf, op, algorithm, True, timeout)
-
-    def _small_allreduce(self, sendbuf: Any, rb: Any, op: OpLike,
-                         timeout: float | None) -> bool:
-        """The latency-critical case, checked and run with as little Python as possible.
-
-        A small contiguous array with a built-in op, once the shared windows exist and the cost
-        model picks shared memory for this size: one copy, one sync, one ufunc. A call repeated
-        on the same arrays (a training loop's) skips the checks, unless the arrays' dtypes were
-        reassigned or recvbuf made read-only. Returns False (having done nothing) whenever any
-        condition does not hold.
-        """
-        last = self._last_small
-        sb: Any = rb if sendbuf is IN_PLACE else sendbuf
-        if (last is not None and last[1]() is rb and op is last[2]
-                and (sb is rb or last[0]() is sb) and rb.dtype is last[3] and sb.dtype is last[3]
-                and rb.flags.writeable):
-            o, sig = last[4], last[5]
-        else:
-            plan = self._small_plan(sendbuf, rb, op)
-            if plan is None:
-                return False
-            o, sig = plan
-        if rb.ndim != 1:
-            rb, sb = rb.reshape(-1), sb.reshape(-1)  # views: both are contiguous
-        self.last_algorithm = SHM
-        a = self._shm("allreduce", timeout, sig=sig)
-        try:  # _in_windows inline: the latency-critical path takes no extra call
-            shm.allreduce(a, sb, rb, o)
-        except BaseException as exc:
-            a.abandon(exc)
-            raise
-        return True
-
-    def _small_plan(self, sendbuf: Any, rb: Any, op: OpLike
-                    ) -> tuple[Op, tuple[int, int, str]] | None:
-        """The op and shared-memory signature of a small allreduce on these buffers, or None if
-        it cannot take the small path; a plan found is kept for the next call (weakly)."""
-        if self._arena is None or type(rb) is not self._ndarray:
-            return None
-        nbytes = rb.nbytes
-        if nbytes > SMALL:
-            return None
-        flags = rb.flags
-        if not flags.c_contiguous or not flags.writeable:
-            return None
-        if sendbuf is not IN_PLACE and (
-                type(sendbuf) is not self._ndarray or sendbuf.shape != rb.shape
-                or (sendbuf.dtype is not rb.dtype and sendbuf.dtype != rb.dtype)
-                or not sendbuf.flags.c_contiguous):
-            return None
-        key = (op, rb.dtype, nbytes)
-        plan = self._small_plans.get(key)
-        if plan is None:
-            o = ops.resolve(op)
-            if not o.is_builtin or o.name in ("maxloc", "minloc") or rb.dtype.hasobject:
-                return None
-            o.check_dtype(rb.dtype, "recvbuf")
-            algo = self.selector.choose("allreduce", self.size, nbytes, self.transport,
-                                        commutative=o.commutative, shm=True,
-                                        layout=self._layout)
-            assert self._arena is not None
-            sig = self._arena.signature("allreduce", nbytes, (rb.dtype, o.name))
-            plan = self._small_plans[key] = (o, sig, algo == SHM)
-        o, sig, use = plan
-        if not use:
-            return None
-        self._last_small = (_gone if sendbuf is IN_PLACE else weakref.ref(sendbuf),
-                            weakref.ref(rb), op, rb.dtype, o, sig)
-        return o, sig
 
     def iallreduce(self, sendbuf: Any, recvbuf: Any, op: OpLike = ops.SUM, *,
                    algorithm: str | None = None) -> Request[None]:
@@ -554,17 +170,6 @@ class Communicator(ObjectCollectives):
         return self._go("allreduce", algo, Spec(self.size, self.rank, rb.size,
                                                 commutative=o.commutative),
                         [sb, rb], o, blocking, timeout)
-
-    # ------------------------------------------------------------------ hierarchy
-    def _hosts(self) -> tuple[list[str], list[str]]:
-        """Each rank's host label, and the hosts in order of their first rank."""
-        hosts = [self._engine.hosts[w] for w in self._ranks]
-        return hosts, list(dict.fromkeys(hosts))
-
-    def _host_sizes(self) -> list[int]:
-        """Ranks of this communicator per host, hosts in order of their first rank."""
-        hosts, order = self._hosts()
-        return [hosts.count(h) for h in order]
 
     def _use_hierarchy(self, nbytes: int, algorithm: str | None) -> bool:
         """Whether a blocking allreduce runs hierarchically (the selector decides; kept per
@@ -1090,166 +695,4 @@ class Communicator(ObjectCollectives):
         return self._go("alltoallw", algo, spec, [none, none, none, *sends, *recvs], None,
                         blocking, timeout)
 
-    # ------------------------------------------------------------------ management
-    def _agree_context(self, extra: Sequence[int] = ()) -> tuple[int, Array]:
-        """Allgather (next free context, *extra) and reserve the agreed context id."""
-        mine = np.array([self._engine.next_context, *extra], dtype=np.int64)
-        table = np.empty(self.size * mine.size, dtype=np.int64)
-        self.allgather(mine, table, algorithm=None)
-        rows = table.reshape(self.size, mine.size)
-        ctx = int(rows[:, 0].max())
-        self._engine.reserve_contexts(ctx)
-        return ctx, rows
 
-    def _derive(self, ranks: Sequence[int], context: int, name: str) -> Self:
-        return type(self)(self._engine, ranks, context, name, self.selector,
-                          self._engine.kind_for(ranks))
-
-    def self_comm(self) -> Self:
-        """A communicator holding only this rank (MPI's COMM_SELF); no traffic to create."""
-        base = super().self_comm()
-        base.selector = self.selector
-        return base
-
-    def dup(self, name: str | None = None) -> Self:
-        """A new communicator with the same ranks and its own message contexts.
-
-        Collective over this communicator. Cost: one allgather of 8 bytes.
-
-        Raises:
-            Timeout, PeerFailure.
-        """
-        ctx, _ = self._agree_context()
-        return self._derive(self._ranks, ctx, name or f"{self.name}.dup")
-
-    def split(self, color: int | None, key: int = 0, name: str | None = None) -> Self | None:
-        """Partition into one communicator per ``color``, ranked by (``key``, old rank).
-
-        ``color`` None or :data:`UNDEFINED` returns None on this rank. Collective over this
-        communicator. Cost: one allgather of 24 bytes per rank.
-
-        Raises:
-            TypeError / ValueError: color or key not an int, or a negative color.
-            Timeout, PeerFailure.
-        """
-        col = UNDEFINED if color is None else int(_as_int(color, "color"))
-        if col < 0 and col != UNDEFINED:
-            raise ValueError(f"color={color} must be >= 0, None or UNDEFINED")
-        k = int(_as_int(key, "key"))
-        ctx, rows = self._agree_context((col, k))
-        if col == UNDEFINED:
-            return None
-        members = sorted((int(rows[i, 2]), i) for i in range(self.size) if rows[i, 1] == col)
-        return self._derive([self._ranks[i] for _, i in members], ctx,
-                            name or f"{self.name}.split{col}")
-
-    def create(self, ranks: Sequence[int], name: str | None = None) -> Self | None:
-        """A communicator of ``ranks`` (ranks of this one, in new-rank order); None elsewhere.
-
-        Collective over this communicator: every rank passes the same ``ranks``.
-
-        Raises:
-            ValueError: duplicates or out-of-range ranks.  Timeout, PeerFailure.
-        """
-        group = [int(_as_int(x, "ranks")) for x in ranks]
-        if len(set(group)) != len(group) or any(not 0 <= x < self.size for x in group):
-            raise ValueError(f"ranks={group} must be distinct ranks in 0..{self.size - 1}")
-        pos = {x: i for i, x in enumerate(group)}
-        color = 0 if self.rank in pos else None
-        return self.split(color, pos.get(self.rank, 0), name or f"{self.name}.create")
-
-    # ------------------------------------------------------------------ fault tolerance
-    def failed_ranks(self) -> list[int]:
-        """Ranks of this communicator known to have failed (exited or stopped responding).
-
-        Local: what this rank has learned so far (from its transports, its heartbeat monitor
-        and the launcher).
-        """
-        self._engine.check_peers()
-        gone = set(self._engine.dead) | self._engine.reported
-        return [i for i, w in enumerate(self._ranks) if w in gone]
-
-    def revoke(self) -> None:
-        """Make every member's pending and later operations on this communicator fail with
-        :class:`~ringworld.CommRevoked` (ULFM's revoke); other communicators keep working.
-
-        This rank's fail at once; the other members' within about 0.3 s (their monitors poll
-        the job store). Use it after a failure so that ranks blocked on other members learn of
-        it, then :meth:`shrink`. Cost: two store round trips.
-
-        Raises:
-            CommError: no job monitor (a job not started by ``ringworld run``, or
-                ``RINGWORLD_LIVENESS_TIMEOUT=0``) and more than one rank.
-        """
-        why = CommRevoked(f"{self.name} was revoked by rank {self.rank}")
-        self._engine.revoke((self.context, self.coll_context), why)
-        if self.size > 1:
-            self._fault_tolerance("revoke").publish_revocation(
-                (self.context, self.coll_context), self._ranks, self.name)
-
-    def agree(self, flag: int = 1, *, timeout: float | None = None) -> int:
-        """The bitwise AND of ``flag`` over the live members (ULFM's agree), same on all.
-
-        Works on a failed or revoked communicator: members that failed are left out instead of
-        blocking it. Collective over the live members. Cost: a few store round trips each.
-
-        Raises:
-            Timeout: no agreement within ``timeout`` (default: the job's).
-            CommError: no job monitor, or the coordinating rank failed while agreeing.
-        """
-        result, _, _ = self._agreement("agree", flag, timeout)
-        return result
-
-    def shrink(self, name: str | None = None, *, timeout: float | None = None) -> Self:
-        """A new communicator of the live members, in rank order (ULFM's shrink).
-
-        Call it on every surviving member after a failure (usually after :meth:`revoke`); the
-        result works normally, failed ranks excluded. Collective over the live members. Cost:
-        an agreement (a few store round trips each).
-
-        Raises:
-            Timeout: no agreement within ``timeout``.
-            CommError: no job monitor, or the coordinating rank failed while agreeing.
-        """
-        _, alive, ctx = self._agreement("shrink", 1, timeout)
-        self._engine.reserve_contexts(ctx)
-        members = [w for w in self._ranks if w in set(alive)]
-        return self._derive(members, ctx, name or f"{self.name}.shrunk")
-
-    def _agreement(self, what: str, flag: int, timeout: float | None
-                   ) -> tuple[int, list[int], int]:
-        self._agree_round += 1
-        if self.size == 1:
-            ctx = self._engine.next_context
-            return int(flag), [self._ranks[0]], ctx
-        members = ",".join(map(str, self._ranks))
-        key = f"{self.coll_context}.{zlib.crc32(members.encode()):08x}.{self._agree_round}"
-        return self._fault_tolerance(what).agree(
-            key, self._ranks, flag, self._engine.next_context,
-            self._engine.timeout if timeout is None else timeout)
-
-    def _fault_tolerance(self, what: str) -> Monitor:
-        ft: Monitor | None = self._engine.ft
-        if ft is None:
-            raise CommError(f"{what} on {self.name} needs the job's monitor: run the job with "
-                            "`ringworld run` and RINGWORLD_LIVENESS_TIMEOUT > 0")
-        return ft
-
-    def free(self) -> None:
-        """Release this communicator (scratch, shared windows); later collectives raise CommError.
-
-        Local: call it on every rank once no operation on the communicator is pending.
-        """
-        self._freed = True
-        self._scratch = None
-        self._last_small = None  # the repeated small calls would reach the windows directly
-        self._repeat.clear()
-        if self._arena is not None:
-            self._arena = None
-            self.unmap_shared("arena")
-        if self._hier is not None:
-            for sub in self._hier:
-                if sub is not None and sub is not self:
-                    sub.free()
-            self._hier = None
-        self._engine.forget_contexts((self.context, self.coll_context))
