@@ -30,8 +30,7 @@ from ringworld.errors import (
 )
 from ringworld.store.base import Store
 from ringworld.transport.base import Transport
-from ringworld.tuning import constants
-from ringworld.tuning.select import Selector
+from ringworld.tuning.select import job_selector
 
 if TYPE_CHECKING:
     from ringworld.store.tcp import TCPStoreServer
@@ -214,8 +213,7 @@ def init(*, transport: str | None = None, timeout: float | None = None,
             _start_monitor(engine, cfg)
         _engine = engine
         _store = store
-        selector = Selector(constants.load(cfg.tuning_file), cfg.algorithms,
-                            simulate=cfg.tuner == "simulate")
+        selector = job_selector(cfg.tuning_file, cfg.algorithms, cfg.tuner)
         _world = Communicator(engine, range(cfg.size), WORLD_CONTEXT, "world", selector, kind)
         if cfg.trace:
             _start_trace(cfg)

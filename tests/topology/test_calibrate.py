@@ -13,10 +13,9 @@ import pytest
 
 from ringworld.algorithms import registry
 from ringworld.errors import ConfigError
-from ringworld.topology import calibrate, estimate
 from ringworld.topology.program import Programs
 from ringworld.topology.sim import Network
-from ringworld.tuning import constants, cost
+from ringworld.tuning import calibrate, constants, cost, estimate
 from ringworld.tuning.cost import Constants, Work
 
 pytestmark = pytest.mark.timeout(300)
@@ -67,8 +66,8 @@ def test_compare_times_the_blocked_collectives_by_their_whole_buffer() -> None:
     for r in rows:
         assert r.nbytes == nbytes and r.measured > 0 and math.isfinite(r.ratio), r
     # the simulated call moves blocks of nbytes / p float32 elements
-    from ringworld.topology.estimate import schedule_time, shm_time
     from ringworld.topology.sim import Network
+    from ringworld.tuning.estimate import schedule_time, shm_time
 
     c = constants.DEFAULTS["shm"]
     topo = calibrate.local_topology(nranks=3, constants=c)

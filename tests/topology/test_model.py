@@ -185,3 +185,13 @@ def test_topo_command_prints_and_dumps(tmp_path) -> None:
                           capture_output=True, text=True, timeout=60, check=False)
     doc = json.loads(proc.stdout)
     assert from_json(doc["topology"]).size == doc["gpus"] or doc["cores"]
+
+
+def test_a_cpu_cores_default_params_are_the_tuning_defaults() -> None:
+    """topology/ holds machine data and imports nothing from tuning/: its default CPU-core
+    params are written out, and must stay what the tuning defaults make of them."""
+    from ringworld.topology.model import KIND_PARAMS
+    from ringworld.tuning.constants import DEFAULTS
+    from ringworld.tuning.estimate import core_params
+
+    assert KIND_PARAMS["core"] == core_params(DEFAULTS["shm"])

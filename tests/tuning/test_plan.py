@@ -126,3 +126,26 @@ def test_a_live_plan_is_what_the_call_runs(size: int) -> None:
     for rank_out in run_threads(size, _plans_and_calls):
         for coll, planned, ran in rank_out:
             assert planned == ran, (coll, planned, ran)
+
+
+def test_ringworld_plan_explain_prints_the_decision_a_call_takes() -> None:
+    import os
+    import subprocess
+    import sys
+
+    def explain(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "ringworld", "plan", *args],
+                              capture_output=True, text=True, timeout=60, check=False,
+                              env={**os.environ, "RINGWORLD_TUNER": "formula", **env})
+
+    r = explain("--explain", "--collective", "allreduce", "--size", "8", "--ranks", "4")
+    assert r.returncode == 0, r.stderr
+    want = Selector(constants.DEFAULTS).plan("allreduce", 4, 8, "shm", shm=True)
+    assert str(want) in r.stdout and "on 4 ranks of one host over shm" in r.stdout
+    r = explain("--explain", "--size", "1MiB", "--transport", "tcp",
+                RINGWORLD_ALGORITHMS="allreduce:ring")
+    assert r.returncode == 0 and "ring (schedule): forced by RINGWORLD_ALGORITHMS" in r.stdout
+    r = explain("--explain", "--collective", "gather", "--algorithm", "shm")
+    assert r.returncode == 2 and "not an algorithm of gather" in r.stderr
+    r = explain()
+    assert r.returncode == 2 and "--topology is required (or --explain)" in r.stderr

@@ -16,13 +16,13 @@ import pytest
 from ringworld import Communicator
 from ringworld.config import from_env
 from ringworld.errors import ConfigError
-from ringworld.topology.estimate import schedule_time
 from ringworld.topology.sim import Network
-from ringworld.topology.tuner import Simulated, job_topology
 from ringworld.tuning import constants
 from ringworld.tuning.cost import Constants, predict
 from ringworld.tuning.cost import model as cost_model
+from ringworld.tuning.estimate import schedule_time
 from ringworld.tuning.select import SIM_MAX_RANKS, Selector
+from ringworld.tuning.simulated import Simulated, job_topology
 
 # The constants every test runs with: the reference machine's as measured on 2026-11-29 (the
 # shipped defaults of then), written out so that a retune of constants.DEFAULTS leaves them be.
@@ -179,7 +179,7 @@ def _auto_ibcast(comm: Communicator) -> str:
 @pytest.mark.parametrize("tuner", ["simulate", "formula"])
 def test_jobs_choose_with_the_configured_tuner(tuner: str, tmp_path: Path) -> None:
     from ringworld.testing import run_processes
-    from ringworld.topology.calibrate import save
+    from ringworld.tuning.calibrate import save
 
     # the ranks get this test's constants (every transport), not the shipped defaults
     path = tmp_path / "tuning.json"

@@ -49,7 +49,7 @@ from ringworld.launch.procset import ProcessSet
 from ringworld.launch.report import failure_report, job_exit_code, recovery_exit_code
 
 #: Modules that add subcommands (see the module docstring for the protocol).
-SUBCOMMAND_MODULES = ("ringworld.bench.cli", "ringworld.tuning.cli", "ringworld.topology.cli")
+SUBCOMMAND_MODULES = ("ringworld.bench.cli", "ringworld.tuning.cli", "ringworld.tuning.topo_cli")
 
 _DESCRIPTION = "Ringworld: MPI-style communication for Python processes."
 _RUN_DESCRIPTION = """\

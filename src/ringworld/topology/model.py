@@ -29,8 +29,6 @@ from pathlib import Path
 from typing import Any
 
 from ringworld.config import DEFAULT_EAGER_BYTES
-from ringworld.tuning.constants import DEFAULTS
-from ringworld.tuning.cost import Constants
 
 FORMAT = "ringworld-topology"
 VERSION = 1
@@ -65,22 +63,14 @@ class Params:
     eager: float = math.inf
 
 
-def core_params(c: Constants) -> Params:
-    """A CPU-core rank's simulator constants from measured (or default) tuning constants.
-
-    ``c.bandwidth`` counts the bytes a rank sends plus receives in an exchange. On one host the
-    simulator charges a transfer to the receiver's engine only (the receiver copies the bytes
-    out of the sender's memory), so the engine's rate is what a rank receives: half of it.
-    """
-    return Params(c.step, c.message, c.bandwidth / 2, c.reduce_rate, c.copy_rate,
-                  c.rendezvous, DEFAULT_EAGER_BYTES)
-
-
 PARAM_FIELDS = tuple(f.name for f in fields(Params))
 
 KIND_PARAMS: dict[str, Params] = {
-    # a Python rank on a CPU core: the measured shared-memory constants (tuning/constants.py)
-    "core": core_params(DEFAULTS["shm"]),
+    # a Python rank on a CPU core: the reference machine's measured shared-memory constants
+    # (ringworld.tuning.estimate.core_params of tuning.constants.DEFAULTS["shm"]; a test keeps
+    # the two equal; ringworld calibrate measures this machine's)
+    "core": Params(overhead=51e-6, message=15e-6, engine=4.3e9 / 2, reduce_rate=4.5e9,
+                   copy_rate=4.4e9, rendezvous=0.0, eager=DEFAULT_EAGER_BYTES),
     # a GPU driven by a kernel per step (NCCL-like): launch overhead, HBM-speed local work
     "gpu": Params(5e-6, 1e-6, math.inf, 400e9, 400e9),
 }

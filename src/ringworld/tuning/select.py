@@ -15,7 +15,7 @@ table.
 
 Where the cost comes from: by default (``RINGWORLD_TUNER=simulate``; see docs/topology.md,
 "How the tuner uses this") each algorithm's schedule is run through the topology simulator on
-the job's topology (:mod:`ringworld.topology.tuner`) for communicators of 2 to
+the job's topology (:mod:`ringworld.tuning.simulated`) for communicators of 2 to
 :data:`SIM_MAX_RANKS` ranks, the closed-form models of :mod:`ringworld.tuning.cost` beyond (and
 everywhere with ``RINGWORLD_TUNER=formula``). Both use the same constants.
 """
@@ -42,9 +42,9 @@ from ringworld.tuning import shm_paths
 from ringworld.tuning.cost import SHM_MODELS, Constants, model, predict
 
 if TYPE_CHECKING:
-    from ringworld.topology.tuner import Layout, Simulated
+    from ringworld.tuning.simulated import Layout, Simulated
 
-__all__ = ["HIERARCHICAL", "SHM", "Plan", "Selector"]
+__all__ = ["HIERARCHICAL", "SHM", "Plan", "Selector", "job_selector"]
 
 
 class Plan(NamedTuple):
@@ -104,7 +104,7 @@ class Selector:
         if not self.simulate or not 1 < p <= SIM_MAX_RANKS or transport == "self":
             return None
         if self._sim is None:  # loads the topology layer: only once a choice needs it
-            from ringworld.topology.tuner import Simulated
+            from ringworld.tuning.simulated import Simulated
 
             self._sim = Simulated(self.constants, self.segment_bytes, self.sysfs)
         return self._sim
@@ -119,7 +119,7 @@ class Selector:
         ``layout``: each rank's host index when the ranks span hosts (None: one host);
         ``link_bandwidth``: measured bytes/s between hosts (simulated costs only).
         Cost: a few simulations the first time a size class is met (see
-        :mod:`ringworld.topology.tuner`), else microseconds.
+        :mod:`ringworld.tuning.simulated`), else microseconds.
         """
         c = self.constants.get(transport, self.constants["shm"])
         sim = self.simulator(p, transport)
@@ -292,3 +292,16 @@ class Selector:
 def _kind(collective: str, name: str) -> str:
     """The registry kind of algorithm ``name``; ValueError if there is none."""
     return lookup(collective, name).kind
+
+
+def job_selector(tuning_file: str | None, algorithms: tuple[tuple[str, str], ...] = (),
+                 tuner: str = "simulate") -> Selector:
+    """The selector of a job configured as RINGWORLD_TUNING_FILE, RINGWORLD_ALGORITHMS and
+    RINGWORLD_TUNER say (what ``init()`` builds, and ``ringworld plan --explain`` asks).
+
+    Raises:
+        ConfigError: the tuning file cannot be read, or a forced algorithm does not exist.
+    """
+    from ringworld.tuning import constants
+
+    return Selector(constants.load(tuning_file), algorithms, simulate=tuner == "simulate")

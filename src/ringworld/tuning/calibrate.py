@@ -37,18 +37,19 @@ from pathlib import Path
 
 from ringworld.errors import ConfigError
 from ringworld.topology.discover import discover
-from ringworld.topology.estimate import (
+from ringworld.topology.model import Params, Topology
+from ringworld.topology.sim import Network
+from ringworld.tuning import constants as tuning_constants
+from ringworld.tuning.cost import Constants
+from ringworld.tuning.estimate import (
     bus_rate,
     cache_factor,
+    core_params,
     schedule_time,
     shares_cores,
     shm_time,
     sped_up,
 )
-from ringworld.topology.model import Params, Topology, core_params
-from ringworld.topology.sim import Network
-from ringworld.tuning import constants as tuning_constants
-from ringworld.tuning.cost import Constants
 
 FORMAT = "ringworld-calibration"
 SEGMENT_BYTES = 1 << 20  # the communicator's pipelining segment (Selector default)
@@ -119,7 +120,7 @@ def predict(topo: Topology, collective: str, algorithm: str, nbytes: int,
     float32 (for allgather the whole gathered buffer, for reduce_scatter_block and alltoall
     the whole send buffer, as the benchmark counts them), with the CPU ranks' byte rates
     multiplied by ``speedup`` (see :func:`cache_factor`), and the ranks sharing a memory bus
-    of ``bus`` bytes/s (0: none; see :func:`~ringworld.topology.estimate.schedule_time`).
+    of ``bus`` bytes/s (0: none; see :func:`~ringworld.tuning.estimate.schedule_time`).
 
     Raises:
         ValueError: unknown collective or algorithm.
@@ -135,7 +136,7 @@ def predict_row(topo: Topology, c: Constants, collective: str, algorithm: str, n
     """Predicted seconds of one call as :mod:`ringworld.topology.measure_rank` times it: the
     shared-memory algorithm by its formula (it is not a message schedule), any other by
     simulating its schedule on ``topo`` (whose cores carry ``c``) with ``c``'s cache model
-    and memory bus (:func:`~ringworld.topology.estimate.bus_rate`). More ranks than ``topo``
+    and memory bus (:func:`~ringworld.tuning.estimate.bus_rate`). More ranks than ``topo``
     has cores share them (the simulator places them round-robin, the shared-memory formula
     takes its crowded paths).
 

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ringworld.topology.calibrate import Comparison
     from ringworld.topology.planner import Plan
+    from ringworld.tuning.calibrate import Comparison
 
 LEVEL = {"switch": 0, "nic": 1, "host": 2, "cpu": 2, "pcie": 3, "nvswitch": 3, "gpu": 4,
          "core": 4}

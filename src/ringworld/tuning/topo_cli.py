@@ -8,6 +8,11 @@
 bandwidth, the chosen one and why; ``--json`` adds each candidate's transfers
 (source, destination, bytes, start, end).
 
+``ringworld plan --explain --collective C --size S [--ranks N] [--transport shm|tcp]
+[--algorithm A]``: the decision a job's call of C moving S bytes on N ranks of one host takes,
+as ``Communicator.plan`` returns it live: the algorithm, its kind, why, and every candidate's
+predicted cost (honouring RINGWORLD_ALGORITHMS, RINGWORLD_TUNER and RINGWORLD_TUNING_FILE).
+
 ``ringworld calibrate [--fit] [--save FILE] [--compare] [--constants FILE] [--np N]
 [--sizes ...] [--compare-sizes ...] [--collectives ...] [--jobs N]``: measure this machine's
 constants (``--save`` writes them for ``--constants`` and ``RINGWORLD_TUNING_FILE``); with
@@ -29,13 +34,14 @@ import sys
 from typing import TYPE_CHECKING
 
 from ringworld._argtypes import parse_size, parse_sizes, positive_int
+from ringworld.algorithms.registry import COLLECTIVES
 from ringworld.errors import ConfigError
 from ringworld.topology.model import TopologyError, dump, to_json
 from ringworld.topology.presets import PATTERNS, PRESETS
 from ringworld.tuning.cost import Constants
 
 if TYPE_CHECKING:
-    from ringworld.topology.calibrate import Comparison
+    from ringworld.tuning.calibrate import Comparison
 
 # what calibrate times by default: the collectives ``ringworld bench`` reports
 DEFAULT_COLLECTIVES = "allreduce,bcast,allgather,reduce_scatter_block,alltoall"
@@ -66,11 +72,40 @@ def run_topo(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_explain(args: argparse.Namespace) -> int:
+    """Handle ``ringworld plan --explain``: the library's own decision for one call."""
+    from ringworld import config
+    from ringworld.algorithms.shm import MAX_RANKS
+    from ringworld.tuning.select import job_selector
+
+    try:
+        cfg = config.from_env(detect_launcher=False)
+        ranks = args.ranks or 2
+        if ranks < 1:
+            raise ValueError(f"--ranks {ranks} must be at least 1")
+        selector = job_selector(cfg.tuning_file, cfg.algorithms, cfg.tuner)
+        transport = args.transport if ranks > 1 else "self"
+        plan = selector.plan(args.collective, ranks, args.size, transport, args.algorithm,
+                             shm=transport == "shm" and ranks <= MAX_RANKS)
+    except (ConfigError, ValueError) as exc:
+        print(f"ringworld plan: {exc}", file=sys.stderr)
+        return 2
+    print(f"{args.collective} of {args.size} bytes on {ranks} ranks of one host over "
+          f"{transport}, blocking")
+    print(plan)
+    return 0
+
+
 def run_plan(args: argparse.Namespace) -> int:
     """Handle ``ringworld plan``."""
+    if args.explain:
+        return run_explain(args)
+    if not args.topology:
+        print("ringworld plan: --topology is required (or --explain)", file=sys.stderr)
+        return 2
     from ringworld.topology import planner
-    from ringworld.topology.calibrate import params
     from ringworld.topology.presets import resolve
+    from ringworld.tuning.calibrate import params
 
     try:
         topo = resolve(args.topology)
@@ -82,7 +117,7 @@ def run_plan(args: argparse.Namespace) -> int:
         print(f"ringworld plan: {exc}", file=sys.stderr)
         return 2
     if args.plot:
-        from ringworld.topology.plot import PlotUnavailable, plot_plan
+        from ringworld.tuning.plot import PlotUnavailable, plot_plan
 
         try:
             plot_plan(pl, args.plot)
@@ -133,8 +168,8 @@ def _constants_line(c: Constants) -> str:
 
 def run_calibrate(args: argparse.Namespace) -> int:
     """Handle ``ringworld calibrate``."""
-    from ringworld.topology import calibrate
     from ringworld.topology.measure_rank import ALGORITHMS
+    from ringworld.tuning import calibrate
 
     collectives = args.collectives.split(",")
     unknown = [c for c in collectives if c not in ALGORITHMS]
@@ -178,7 +213,7 @@ def _calibrated_constants(
     Raises:
         RuntimeError, ConfigError: a measurement failed.
     """
-    from ringworld.topology import calibrate
+    from ringworld.tuning import calibrate
     from ringworld.tuning import constants as tuning_constants
 
     c = None
@@ -234,7 +269,7 @@ def _print_comparison(rows: list[Comparison], jobs: int) -> None:
 def _write_comparison(rows: list[Comparison], args: argparse.Namespace) -> int:
     """Write the comparison's ``--plot`` and ``--json`` files; return the exit status."""
     if args.plot:
-        from ringworld.topology.plot import PlotUnavailable, plot_comparison
+        from ringworld.tuning.plot import PlotUnavailable, plot_comparison
 
         try:
             plot_comparison(rows, args.plot)
@@ -264,9 +299,14 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "plan", help="plan a collective on a topology: candidates, predicted times, choice",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="topologies: " + ", ".join([*PRESETS, *PATTERNS]) + ", or a JSON file")
-    p.add_argument("--topology", required=True, metavar="NAME|FILE")
-    p.add_argument("--collective", default="allreduce",
-                   choices=("allreduce", "bcast", "allgather", "reduce"))
+    p.add_argument("--topology", metavar="NAME|FILE", help="plan on this topology")
+    p.add_argument("--explain", action="store_true",
+                   help="print the decision a job's call takes instead (the selector's)")
+    p.add_argument("--transport", choices=("shm", "tcp"), default="shm",
+                   help="with --explain: how the ranks are connected (default shm)")
+    p.add_argument("--algorithm", default=None, help="with --explain: as algorithm= asks")
+    p.add_argument("--collective", default="allreduce", choices=COLLECTIVES,
+                   help="--topology plans allreduce, bcast, allgather and reduce")
     p.add_argument("--size", type=parse_size, default=parse_size("256MiB"),
                    help="bytes (allgather: the whole gathered buffer); default 256MiB")
     p.add_argument("--ranks", type=int, default=None,

@@ -17,13 +17,25 @@ from dataclasses import replace
 
 from ringworld.algorithms import registry
 from ringworld.algorithms.schedule import Spec
-from ringworld.topology.model import Topology
+from ringworld.config import DEFAULT_EAGER_BYTES
+from ringworld.topology.model import Params, Topology
 from ringworld.topology.program import Program, Programs
 from ringworld.topology.sim import Network, simulate
 from ringworld.tuning.cost import ALIASES, Constants, model
 
 # collectives whose Spec.n is one rank's block (the others: the whole vector)
 BLOCKED = frozenset({"gather", "scatter", "allgather", "alltoall", "reduce_scatter_block"})
+
+
+def core_params(c: Constants) -> Params:
+    """A CPU-core rank's simulator constants from measured (or default) tuning constants.
+
+    ``c.bandwidth`` counts the bytes a rank sends plus receives in an exchange. On one host the
+    simulator charges a transfer to the receiver's engine only (the receiver copies the bytes
+    out of the sender's memory), so the engine's rate is what a rank receives: half of it.
+    """
+    return Params(c.step, c.message, c.bandwidth / 2, c.reduce_rate, c.copy_rate,
+                  c.rendezvous, DEFAULT_EAGER_BYTES)
 
 
 def base(collective: str) -> str:

@@ -29,17 +29,18 @@ import math
 from collections.abc import Mapping
 
 from ringworld.topology.discover import MEM_BANDWIDTH, discover
-from ringworld.topology.estimate import (
+from ringworld.topology.model import Device, Link, Topology, build
+from ringworld.topology.sim import Network
+from ringworld.tuning.cost import Constants
+from ringworld.tuning.estimate import (
     call_bus,
     call_factor,
+    core_params,
     schedule_time,
     shares_cores,
     shm_time,
     sped_up,
 )
-from ringworld.topology.model import Device, Link, Topology, build, core_params
-from ringworld.topology.sim import Network
-from ringworld.tuning.cost import Constants
 
 NIC_BANDWIDTH = 100e9  # bytes/s between a host's memory and its NIC (never the bottleneck)
 
@@ -111,7 +112,7 @@ class Simulated:
     def shm_seconds(self, collective: str, p: int, nbytes: float, transport: str,
                     layout: Layout | None = None) -> float:
         """The shared-memory algorithm's formula with the cache model
-        (:func:`ringworld.topology.estimate.shm_time`). Ranks on this machine (``layout``
+        (:func:`ringworld.tuning.estimate.shm_time`). Ranks on this machine (``layout``
         None) that outnumber its cores get the crowded paths; within a job topology's hosts
         they never do, so that every host, whatever its cores, reaches the same verdict."""
         crowd = layout is None and shares_cores(self._machine(), p)
