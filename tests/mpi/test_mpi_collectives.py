@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ringworld import MPI
+from ringworld import MPI, TruncationError
 from ringworld.testing import RankFailed, run_processes
 
 SIZES = [1, 2, 3, 5]
@@ -578,7 +578,97 @@ def _objects_and_comms(_: object) -> int:
     return checks
 
 
-TOPICS = {"movement": _movement, "reductions": _reductions, "objects_comms": _objects_and_comms}
+# ------------------------------------------------------------------------------ the fast paths
+def _fast_paths(_: object) -> int:
+    """Allreduce, Send and Recv of plain 1-D arrays skip the buffer validation (the native
+    call gets the user's arrays). Every form that takes that path, and every one beside it
+    that must not (aliasing, other datatypes, strides, non-predefined ops), gives what the
+    validated path gives, repeated over the same arrays (the native repeat path) and not."""
+    from ringworld.mpi._buffer import plain_array
+
+    comm = MPI.COMM_WORLD
+    r, p = comm.Get_rank(), comm.Get_size()
+    eq = np.testing.assert_array_equal
+    checks = 0
+    for dtype, mpitype in (("f8", MPI.DOUBLE), ("i4", MPI.INT), ("u1", MPI.BYTE),
+                           ("c8", MPI.C_FLOAT_COMPLEX), ("?", MPI.C_BOOL)):
+        n = 7
+        send = data(r, n, dtype, salt=3) if dtype != "?" else np.arange(n) % (r + 2) == 0
+        every = [data(i, n, dtype, salt=3) if dtype != "?" else np.arange(n) % (i + 2) == 0
+                 for i in range(p)]
+        want = np.sum(every, axis=0, dtype=dtype) if dtype != "?" else np.any(every, axis=0)
+        op = MPI.SUM if dtype != "?" else MPI.LOR
+        for form in range(4):
+            recv = np.zeros(n, dtype)
+            for _ in range(3):  # the same arrays again: the repeat path
+                if form == 0:
+                    comm.Allreduce(send, recv, op)
+                elif form == 1:
+                    comm.Allreduce([send, mpitype], [recv, mpitype], op)
+                elif form == 2:
+                    recv[...] = send
+                    comm.Allreduce(MPI.IN_PLACE, recv, op)
+                else:  # a view of the same memory as recvbuf: in place, as mpi4py runs it
+                    recv[...] = send
+                    comm.Allreduce(recv[:], recv, op)
+                eq(recv, want)
+                checks += 1
+    # what must take the validated path, with its answers and errors
+    x = data(r, 8)
+    assert plain_array(x, True) is x and plain_array([x, MPI.DOUBLE], False) is x
+    for spec in ([x, MPI.INT], [x, 2.5], [x, None], x[::2], x.reshape(2, 4), x.astype(">f8"),
+                 np.zeros(3, "f2"), (x, MPI.FLOAT), [x, 8, MPI.DOUBLE]):
+        assert plain_array(spec, False) is None, spec
+    ro = data(r, 8)
+    ro.flags.writeable = False
+    assert plain_array(ro, False) is ro and plain_array(ro, True) is None
+    with pytest.raises(TypeError, match="read-only"):
+        comm.Allreduce(x, ro)
+    with pytest.raises(ValueError, match="mismatch in send count 4 and receive count 8"):
+        comm.Allreduce(x[:4], np.zeros(8))
+    with pytest.raises(TypeError, match=r"datatype must be an MPI\.Datatype"):
+        comm.Allreduce([x, 2.5], np.zeros(8))
+    def add(a: Any, b: Any, t: Any) -> None:  # mpi4py's form: raw buffers and the datatype
+        out = np.frombuffer(b, "f8")
+        out += np.frombuffer(a, "f8")
+
+    user = MPI.Op.Create(add, commute=True)
+    got = np.zeros(8)
+    comm.Allreduce(x, got, user)  # a user op: validated path
+    eq(got, sum(data(i, 8) for i in range(p)))
+    user.Free()
+    # Send/Recv of plain arrays and of the forms beside them, status included
+    if p > 1:
+        right, left = (r + 1) % p, (r - 1) % p
+        for buf in (data(r, 5), data(r, 5, "i2"), data(r, 6)[::2].copy()):
+            got = np.zeros_like(buf)
+            st = MPI.Status()
+            if r % 2 == 0:
+                comm.Send(buf, right, tag=4)
+                comm.Recv(got, left, tag=4, status=st)
+            else:
+                comm.Recv(got, left, tag=4, status=st)
+                comm.Send(buf, right, tag=4)
+            eq(got, buf - r * 1000 + left * 1000)
+            assert st.Get_source() == left and st.Get_count(MPI.BYTE) == buf.nbytes
+            checks += 1
+        short = np.zeros(2)
+        if r == 0:
+            comm.Send(data(0, 5), 1, tag=5)
+        elif r == 1:  # as the validated path raises it (a bytearray takes that one)
+            with pytest.raises(TruncationError, match=r"40 bytes .* only 16 bytes"):
+                comm.Recv(short, 0, tag=5)
+        if r == 0:
+            comm.Send(data(0, 5), 1, tag=6)
+        elif r == 1:
+            with pytest.raises(TruncationError, match=r"40 bytes .* only 16 bytes"):
+                comm.Recv(bytearray(16), 0, tag=6)
+    comm.Barrier()
+    return checks
+
+
+TOPICS = {"movement": _movement, "reductions": _reductions, "objects_comms": _objects_and_comms,
+          "fast_paths": _fast_paths}
 
 
 @pytest.mark.parametrize("size", SIZES)

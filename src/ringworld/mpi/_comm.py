@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any, Literal, NoReturn, Self
 
 import ringworld
-from ringworld.mpi._buffer import recv_message, send_message
+from ringworld.mpi._buffer import plain_array, recv_message, send_message
 from ringworld.mpi._collectives import Collectives, IntraCollectives
 from ringworld.mpi._constants import (
     ANY_SOURCE,
@@ -458,6 +458,10 @@ class Comm(Collectives):
         """Send a buffer spec (blocking, standard mode)."""
         if dest == PROC_NULL and buf is None:
             return
+        arr = plain_array(buf, False)
+        if arr is not None and dest != PROC_NULL:  # sends the same bytes, unvalidated
+            self._native.send(arr, dest, tag)
+            return
         message = send_message(buf, "Send(buf)")
         if dest != PROC_NULL:
             self._native.send(message.view, dest, tag)
@@ -503,6 +507,10 @@ class Comm(Collectives):
         """Receive into a buffer spec; a longer message raises ``TruncationError``."""
         if source == PROC_NULL and buf is None:
             _fill_proc_null(status)
+            return
+        arr = plain_array(buf, True)
+        if arr is not None and source != PROC_NULL:  # receives into the same bytes
+            _fill(status, self._native.recv(arr, source, tag))
             return
         message = recv_message(buf, "Recv(buf)")
         if source == PROC_NULL:

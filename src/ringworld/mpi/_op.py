@@ -233,6 +233,13 @@ def object_op(op: Any) -> ops.Op:
     raise TypeError(f"op must be an MPI.Op or a callable f(x, y), got {type(op).__name__}")
 
 
+def predefined_native(op: Any) -> ops.Op | None:
+    """The native operation of a predefined ``MPI.Op`` (whatever the datatype), else None."""
+    if type(op) is Op and op._predefined:
+        return _NATIVE[op._name]
+    return None
+
+
 def buffer_op(op: Any, datatype: Datatype) -> ops.Op:
     """The native operation for a buffer reduction over ``datatype``."""
     if not isinstance(op, Op):
