@@ -22,16 +22,17 @@ Variables (all optional; the launcher sets the first five for every rank):
                           through the topology simulator, up to 8 ranks) or ``formula``
                           (closed forms only).
 ``RINGWORLD_BACKEND``     ``native`` (default) or ``mpi`` (run over mpi4py, see
-                          :mod:`ringworld.mpibackend`).
+                          :mod:`ringworld.backends.mpi`).
 ``RINGWORLD_SECRET_FILE`` a file holding the hex job secret (mode 600), for jobs started by
                           other launchers.
 
 Without ``RINGWORLD_RANK``/``RINGWORLD_SIZE`` (the contract of ``ringworld run``, which wins),
-a rank started by torchrun, srun or mpiexec is recognised by :func:`ringworld.launchers.detect`;
-rank 0 then serves the job store at ``RINGWORLD_STORE`` if set, else at the launcher's
-rendezvous address (see :mod:`ringworld.launchers`). The job secret is, in order:
-``RINGWORLD_SECRET_FD``, ``RINGWORLD_SECRET``, ``RINGWORLD_SECRET_FILE``; with none of them and
-a loopback rendezvous (one host), the per-user secret ``~/.config/ringworld/secret`` (created on
+a rank started by torchrun, srun or mpiexec is recognised by
+:func:`ringworld.other_launchers.detect`; rank 0 then serves the job store at
+``RINGWORLD_STORE`` if set, else at the launcher's rendezvous address (see
+:mod:`ringworld.other_launchers`). The job secret is, in order: ``RINGWORLD_SECRET_FD``,
+``RINGWORLD_SECRET``, ``RINGWORLD_SECRET_FILE``; with none of them and a loopback rendezvous
+(one host), the per-user secret ``~/.config/ringworld/secret`` (created on
 first use); a rendezvous other hosts can reach needs one of the three (same on every host).
 """
 
@@ -41,7 +42,7 @@ import os
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from ringworld import launchers
+from ringworld import other_launchers as launchers
 from ringworld.auth import is_loopback
 from ringworld.errors import ConfigError
 

@@ -157,9 +157,9 @@ def init(*, transport: str | None = None, timeout: float | None = None,
     """Start this rank's communication and return the world communicator; idempotent.
 
     ``backend`` ("native", "mpi") overrides ``RINGWORLD_BACKEND``; "mpi" runs every call over
-    mpi4py (:mod:`ringworld.mpibackend`; ``transport`` is then ignored). Ranks started by
+    mpi4py (:mod:`ringworld.backends.mpi`; ``transport`` is then ignored). Ranks started by
     torchrun, srun or mpiexec (no ``ringworld run``) are detected: rank 0 serves the job store
-    (:mod:`ringworld.launchers` says where).
+    (:mod:`ringworld.other_launchers` says where).
 
     ``transport`` ("auto", "shm", "tcp") overrides ``RINGWORLD_TRANSPORT``; ``timeout`` sets
     the default timeout of blocking calls (overrides ``RINGWORLD_TIMEOUT``). Collective: every
@@ -223,11 +223,11 @@ def init(*, transport: str | None = None, timeout: float | None = None,
 
 def _init_mpi(timeout: float | None) -> Communicator:
     """The world communicator of the MPI backend (rank and size come from MPI)."""
-    from ringworld.mpibackend import init_world
+    from ringworld.backends.mpi import init_world
 
     cfg = _config.from_env(detect_launcher=False)
     world_comm = init_world(timeout if timeout is not None else cfg.timeout, expect_size=cfg.size)
-    return cast(Communicator, world_comm)  # the same methods (see ringworld.mpibackend)
+    return cast(Communicator, world_comm)  # the same methods (see ringworld.backends.mpi)
 
 
 def _rendezvous(cfg: _config.Config) -> tuple[Store, _config.Config]:

@@ -1,7 +1,7 @@
 """Every collective algorithm, checked at the schedule level without starting processes.
 
 Each test builds the schedules of all ranks of one world with :func:`ringworld.algorithms.registry
-.build` and runs them together in :func:`ringworld.algorithms.simulate.run`, which executes them
+.build` and runs them together in :func:`ringworld.algorithms.check.run`, which executes them
 with rendezvous semantics and raises on deadlock, mismatched message sizes, leftover messages or
 racing steps. The results are compared element by element with numpy references.
 
@@ -27,9 +27,9 @@ import numpy as np
 import pytest
 
 from ringworld.algorithms import registry
+from ringworld.algorithms.check import ScheduleError, run
 from ringworld.algorithms.registry import REGISTRY, Algorithm
 from ringworld.algorithms.schedule import Schedule, Spec, Step, Xfer
-from ringworld.algorithms.simulate import ScheduleError, run
 from ringworld.comm import ops
 from ringworld.comm.ops import Op
 

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from ringworld import IN_PLACE, Communicator, Op, Request
-from ringworld.algorithms import shm as shm_algorithms
+from ringworld.algorithms import shm_collectives as shm_algorithms
 from ringworld.algorithms.registry import REGISTRY
 from ringworld.comm import ops
 from ringworld.tuning.cost import SHM_MODELS

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import ringworld
-from ringworld.algorithms import shm
+from ringworld.algorithms import shm_collectives as shm
 from ringworld.testing import run_processes
 
 pytestmark = pytest.mark.timeout(120)

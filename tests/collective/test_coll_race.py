@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import ringworld
-from ringworld.algorithms import shm
+from ringworld.algorithms import shm_collectives as shm
 from ringworld.testing import run_processes
 from ringworld.tuning.shm_paths import DEFAULT
 

@@ -15,7 +15,7 @@ from coll_support import AFFINE, AFFINE_OP, P_AFF, affine
 
 import ringworld
 from ringworld import runtime
-from ringworld.algorithms import shm
+from ringworld.algorithms import shm_collectives as shm
 from ringworld.algorithms.shm_policy import DIRECT, Policy
 from ringworld.testing import run_processes
 

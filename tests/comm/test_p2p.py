@@ -114,7 +114,7 @@ def test_objects(size: int, transport: str) -> None:
 
 
 def test_object_arrays_travel_out_of_band() -> None:
-    from ringworld.comm import objects
+    from ringworld.comm import serialize as objects
 
     arr = np.arange(100_000, dtype=np.float64)
     segments, total, flags, _keep = objects.encode({"a": arr, "b": 1})

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ringworld import config, launchers
+from ringworld import config
+from ringworld import other_launchers as launchers
 from ringworld.errors import ConfigError
 
 SECRET = "ab" * 32

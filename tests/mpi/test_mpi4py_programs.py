@@ -28,7 +28,7 @@ PROGRAMS = {
 MPI_PYTHON = os.environ.get("RINGWORLD_MPI_PYTHON", "")
 MPIEXEC = Path(MPI_PYTHON).with_name("mpiexec") if MPI_PYTHON else None
 HAVE_MPI4PY = MPIEXEC is not None and MPIEXEC.exists()
-SHIM = str(REPO / "src" / "ringworld" / "shim")
+SHIM = str(REPO / "src" / "ringworld" / "mpi" / "shim")
 
 
 def _env() -> dict[str, str]:

@@ -35,10 +35,10 @@ def launch(*args: str, n: int = 1, check: bool = True) -> subprocess.CompletedPr
 
 
 def test_shim_dir_is_the_package_directory() -> None:
-    import ringworld.shim
+    import ringworld.mpi.shim
 
     assert os.path.isdir(os.path.join(SHIM_DIR, "mpi4py"))
-    assert SHIM_DIR == ringworld.shim.PATH
+    assert SHIM_DIR == ringworld.mpi.shim.PATH
 
 
 def test_with_mpi4py_shim_prepends_once() -> None:

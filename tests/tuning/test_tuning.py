@@ -104,7 +104,7 @@ def test_small_broadcasts_take_shared_memory() -> None:
 
 
 def test_shared_memory_model_follows_the_algorithms_sizes() -> None:
-    from ringworld.algorithms import shm
+    from ringworld.algorithms import shm_collectives as shm
     from ringworld.tuning import shm_paths
     from ringworld.tuning.cost import SHM_CHUNK, SHM_DIRECT, SHM_RACE, SHM_RACE_MAX, SHM_SMALL
 

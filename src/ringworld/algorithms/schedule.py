@@ -11,7 +11,7 @@ Messages between two ranks within one collective are matched in the order they w
 transport is FIFO per pair and every message of one collective carries the same tag), so a send
 matches the receiver's receive from that peer with the same position in its program, whatever
 the step numbers. Schedules are pure functions of (size, rank, counts, root): they are cached,
-checked exhaustively by :mod:`ringworld.algorithms.simulate` without processes, and costed.
+checked exhaustively by :mod:`ringworld.algorithms.check` without processes, and costed.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """The shared windows of one communicator and the flag barrier over them (see
-:mod:`ringworld.algorithms.shm` for the collectives that use them, and the windows' layout).
+:mod:`ringworld.algorithms.shm_collectives` for the collectives that use them, and the
+windows' layout).
 
 An :class:`Arena` maps every rank's window, syncs the ranks (a flag barrier that also checks
 every rank's call number and signature), keeps the record a rank leaves in its header when it

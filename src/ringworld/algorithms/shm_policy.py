@@ -1,9 +1,9 @@
 """Which path a shared-memory collective takes inside its windows, as one value (no numpy).
 
-The shared-memory collectives (:mod:`ringworld.algorithms.shm`) copy through their windows or,
-from some size on, read and write their peers' buffers directly (one kernel copy instead of
-two); between two sizes they race the two paths and keep the faster. Where those sizes lie is
-a tuning decision: the values, with the measurements behind them, are
+The shared-memory collectives (:mod:`ringworld.algorithms.shm_collectives`) copy through
+their windows or, from some size on, read and write their peers' buffers directly (one kernel
+copy instead of two); between two sizes they race the two paths and keep the faster. Where
+those sizes lie is a tuning decision: the values, with the measurements behind them, are
 :data:`ringworld.tuning.shm_paths.DEFAULT`, and the arena is handed a :class:`Policy` (tests
 hand it their own). ``SMALL`` and ``CHUNK`` are the windows' layout, which the cost model
 shares.

@@ -32,13 +32,14 @@ from ringworld.errors import CommRevoked, MismatchError, PeerFailure
 if TYPE_CHECKING:
     import numpy as np
 
-    from ringworld.algorithms import executor, shm
+    from ringworld.algorithms import executor
+    from ringworld.algorithms import shm_collectives as shm
     from ringworld.collective import buffers as bufs
     from ringworld.collective.buffers import Array
 else:  # imported on the first collective call: init() and point-to-point never load numpy
     np = LazyModule("numpy", globals(), "np")
     executor = LazyModule("ringworld.algorithms.executor", globals(), "executor")
-    shm = LazyModule("ringworld.algorithms.shm", globals(), "shm")
+    shm = LazyModule("ringworld.algorithms.shm_collectives", globals(), "shm")
     bufs = LazyModule("ringworld.collective.buffers", globals(), "bufs")
 
 from ringworld.collective.core import OpLike

@@ -14,7 +14,8 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ringworld.comm import objects, ops
+from ringworld.comm import ops
+from ringworld.comm import serialize as objects
 from ringworld.comm.communicator import Communicator as P2PCommunicator
 from ringworld.comm.requests import SEQ_MASK, SIG_SHIFT, Request, wait_all
 from ringworld.errors import CommError, PeerFailure, Timeout

@@ -21,7 +21,7 @@ import weakref
 from collections.abc import Callable, Collection, Sequence
 from typing import Any, Self, TypeVar
 
-from ringworld.comm import objects
+from ringworld.comm import serialize as objects
 from ringworld.comm.engine import CHECK_PEERS_EVERY, SELF_CONTEXT, Engine
 from ringworld.comm.requests import (
     ANY_SOURCE,
@@ -207,7 +207,7 @@ class Communicator:
 
     def coll_isend_raw(self, segments: Sequence[memoryview], nbytes: int, flags: int,
                        dest: int, tag: int, keep: object = None) -> SendRequest | None:
-        """Start sending an encoded value (see :mod:`ringworld.comm.objects`) as is."""
+        """Start sending an encoded value (see :mod:`ringworld.comm.serialize`) as is."""
         w = self._ranks[dest]
         h = self._engine.isend(w, self.coll_context, tag, flags, segments, nbytes)
         return None if h.done else SendRequest(self._engine, h, w, (segments, keep),

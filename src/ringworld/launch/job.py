@@ -124,9 +124,10 @@ def rank_env(
     return env
 
 
-#: The directory holding the stand-in ``mpi4py`` package (``ringworld/shim``), found without
+#: The directory holding the stand-in ``mpi4py`` package (``ringworld/mpi/shim``), found without
 #: importing anything.
-SHIM_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "shim")
+SHIM_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "mpi",
+                        "shim")
 
 
 def with_mpi4py_shim(base: Mapping[str, str], shim_dir: str = SHIM_DIR) -> dict[str, str]:

@@ -21,7 +21,7 @@ requests and the predefined datatypes (with the ``MAXLOC``/``MINLOC`` pair types
   ``Sendrecv_replace``/``Isendrecv`` exist; ``Info`` hints and error handlers are accepted and
   recorded (errors always raise). ``Init_thread`` provides ``THREAD_MULTIPLE``.
 * Under ``ringworld run --mpi4py``, ``from mpi4py import MPI`` gives this module (see
-  :mod:`ringworld.shim`).
+  :mod:`ringworld.mpi.shim`).
 """
 
 from __future__ import annotations

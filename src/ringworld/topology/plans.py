@@ -14,7 +14,7 @@ across hosts, allgather inside each host), or a broadcast given as explicit roun
              GPU2 -> GPU3                    GPU1 -> GPU3   (both cross the root complex)
 
 Each builder maps a rank to its :class:`~ringworld.algorithms.schedule.Schedule`, so the result
-runs through :func:`ringworld.algorithms.simulate.run` (data) and the timing simulator alike.
+runs through :func:`ringworld.algorithms.check.run` (data) and the timing simulator alike.
 """
 
 from __future__ import annotations

@@ -75,7 +75,7 @@ def run_topo(args: argparse.Namespace) -> int:
 def run_explain(args: argparse.Namespace) -> int:
     """Handle ``ringworld plan --explain``: the library's own decision for one call."""
     from ringworld import config
-    from ringworld.algorithms.shm import MAX_RANKS
+    from ringworld.algorithms.shm_collectives import MAX_RANKS
     from ringworld.tuning.select import job_selector
 
     try:

@@ -1,10 +1,10 @@
 """Buffer collectives of the MPI backend: each native call as one nonblocking MPI call.
 
 Every collective starts the MPI ``I``-form (``Iallreduce``, ...) and returns a
-:class:`~ringworld.mpibackend._requests.MpiRequest`; the blocking form waits on it
+:class:`~ringworld.backends.mpi._requests.MpiRequest`; the blocking form waits on it
 (``MPI.Wait`` when no timeout applies). Data-moving collectives move bytes (``MPI.BYTE``,
 counts and displacements scaled by the item size), so any dtype works; reductions use
-:func:`ringworld.mpibackend._ops.reduction`. Arguments are checked as the native communicator
+:func:`ringworld.backends.mpi._ops.reduction`. Arguments are checked as the native communicator
 checks them (``ValueError``/``TypeError`` naming the argument). ``algorithm=`` is accepted and
 ignored: the MPI library chooses (``last_algorithm`` is ``"mpi"``).
 """
@@ -17,12 +17,12 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
+from ringworld.backends.mpi._base import ALGORITHM, Base, translating
+from ringworld.backends.mpi._ops import reduction
+from ringworld.backends.mpi._requests import MpiRequest
 from ringworld.collective import buffers as bufs
 from ringworld.comm import ops
 from ringworld.comm.requests import Request
-from ringworld.mpibackend._base import ALGORITHM, Base, translating
-from ringworld.mpibackend._ops import reduction
-from ringworld.mpibackend._requests import MpiRequest
 
 OpLike = ops.Op | str
 Counts = Sequence[int]

@@ -84,7 +84,7 @@ def _run_here(code: str, **extra: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_importing_ringworld_never_imports_mpi4py() -> None:
-    res = _run_here("import sys, ringworld, ringworld.mpibackend, ringworld.runtime; "
+    res = _run_here("import sys, ringworld, ringworld.backends.mpi, ringworld.runtime; "
                     "print('mpi4py' in sys.modules)")
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "False"

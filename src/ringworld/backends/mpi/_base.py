@@ -9,11 +9,11 @@ from typing import Any, TypeVar
 import numpy as np
 from mpi4py import MPI
 
+from ringworld.backends.mpi._requests import Matcher, Poller
 from ringworld.collective import buffers as bufs
 from ringworld.collective.markers import IN_PLACE
 from ringworld.comm.requests import ANY_SOURCE, ANY_TAG, TAG_UB
 from ringworld.errors import CommError
-from ringworld.mpibackend._requests import Matcher, Poller
 
 C = TypeVar("C", bound=type)
 ALGORITHM = "mpi"  # what ``last_algorithm`` says: the MPI library chose

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from ringworld.errors import ConfigError
 
 if TYPE_CHECKING:
-    from ringworld.mpibackend._comm import MpiComm
+    from ringworld.backends.mpi._comm import MpiComm
 
 __all__ = ["available", "init_world"]
 
@@ -64,8 +64,8 @@ def init_world(timeout: float | None = None, *, expect_size: int = 1) -> MpiComm
     if vendor == "Ringworld":
         raise ConfigError("backend='mpi' found Ringworld's stand-in mpi4py (ringworld run "
                           "--mpi4py); use the real mpi4py under mpiexec, or the native backend")
-    from ringworld.mpibackend._comm import MpiComm
-    from ringworld.mpibackend._requests import Poller
+    from ringworld.backends.mpi._comm import MpiComm
+    from ringworld.backends.mpi._requests import Poller
 
     world = MPI.COMM_WORLD
     if expect_size > 1 and world.Get_size() != expect_size:

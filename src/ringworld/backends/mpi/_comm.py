@@ -15,13 +15,13 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
+from ringworld.backends.mpi._base import translating
+from ringworld.backends.mpi._coll import Collectives, OpLike
+from ringworld.backends.mpi._requests import LazyRecv, MpiRequest, Poller, make_status
 from ringworld.collective.markers import UNDEFINED
 from ringworld.comm import ops
 from ringworld.comm.requests import ANY_SOURCE, ANY_TAG, Request, Status
 from ringworld.errors import TruncationError
-from ringworld.mpibackend._base import translating
-from ringworld.mpibackend._coll import Collectives, OpLike
-from ringworld.mpibackend._requests import LazyRecv, MpiRequest, Poller, make_status
 
 
 def _status(_: Any, st: Status) -> Status:
