@@ -25,7 +25,7 @@ from ringworld.algorithms.shm_policy import CHUNK, DIRECT, RACED, SMALL, Policy
 from ringworld.errors import CommBroken, CommError, MismatchError, PeerFailure, TransportError
 
 if TYPE_CHECKING:
-    from ringworld.comm.communicator import Communicator
+    from ringworld.comm.point_to_point import PointToPoint
 
 Array = np.ndarray[Any, Any]
 
@@ -64,7 +64,7 @@ INLINE_SPIN = 256  # a few microseconds of counter checks (see Arena.sync)
 class Arena:
     """The shared windows of one communicator and the flag barrier over them."""
 
-    def __init__(self, comm: Communicator, barrier: Callable[[], None], policy: Policy,
+    def __init__(self, comm: PointToPoint, barrier: Callable[[], None], policy: Policy,
                  chunk: int = CHUNK) -> None:
         self.comm = comm
         self.chunk = chunk
@@ -293,7 +293,7 @@ class Arena:
         """Wait until every rank has reached this point (a barrier over shared counters).
 
         Raises:
-            Timeout, PeerFailure: as :meth:`Communicator.spin_until`.
+            Timeout, PeerFailure: as :meth:`PointToPoint.spin_until`.
             MismatchError: ranks started different calls (see :meth:`begin`).
         """
         self.arrive()
@@ -616,10 +616,10 @@ class Arena:
 
     def wait_for(self, cond: Callable[[], bool], missing: Callable[[], Collection[int]],
                  what: str) -> None:
-        """Wait for a condition on the counters (see :meth:`Communicator.spin_until`).
+        """Wait for a condition on the counters (see :meth:`PointToPoint.spin_until`).
 
         Raises:
-            as :meth:`Communicator.spin_until`; CommBroken or MismatchError when a rank left
+            as :meth:`PointToPoint.spin_until`; CommBroken or MismatchError when a rank left
             the call (see :meth:`abandon`).
         """
         self.comm.spin_until(cond, self.timeout, lambda: f"{self.what}, waiting for {what}",

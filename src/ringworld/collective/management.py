@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Self
 from ringworld._lazy import LazyModule
 from ringworld.collective.core import CollectiveCore
 from ringworld.collective.markers import UNDEFINED
-from ringworld.comm.communicator import _as_int
+from ringworld.comm.point_to_point import _as_int
 from ringworld.errors import CommError, CommRevoked
 
 if TYPE_CHECKING:

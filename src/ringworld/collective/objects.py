@@ -16,7 +16,7 @@ from typing import Any
 
 from ringworld.comm import ops
 from ringworld.comm import serialize as objects
-from ringworld.comm.communicator import Communicator as P2PCommunicator
+from ringworld.comm.point_to_point import PointToPoint
 from ringworld.comm.requests import SEQ_MASK, SIG_SHIFT, Request, wait_all
 from ringworld.errors import CommError, PeerFailure, Timeout
 
@@ -56,7 +56,7 @@ def _in_rank_order(p: int, r: int, own: Any, got: Iterator[tuple[int, memoryview
     return out
 
 
-class ObjectCollectives(P2PCommunicator):
+class ObjectCollectives(PointToPoint):
     """The object forms of the collectives (blocking; values of any picklable type)."""
 
     _freed = False

@@ -1,6 +1,6 @@
 """Communicators, requests and the matching engine."""
 
-from ringworld.comm.communicator import Communicator
+from ringworld.comm.point_to_point import PointToPoint
 from ringworld.comm.requests import (
     ANY_SOURCE,
     ANY_TAG,
@@ -17,7 +17,7 @@ __all__ = [
     "ANY_SOURCE",
     "ANY_TAG",
     "TAG_UB",
-    "Communicator",
+    "PointToPoint",
     "Request",
     "Status",
     "test_all",

@@ -140,7 +140,7 @@ class Engine(CallChecks):
         # signed collective calls (see note_call): context -> tag of the call this rank is in
         self.entered_tag: dict[int, int] = {}
         # collective context -> how to describe its call in progress on a path that sends no
-        # messages (the shared-memory windows; see Communicator.describe_calls)
+        # messages (the shared-memory windows; see PointToPoint.describe_calls)
         self.call_describers: dict[
             int, Callable[[], Callable[[], tuple[int, str] | None] | None]] = {}
         self.previous_tag: dict[int, int] = {}  # ... and of the signed call before it

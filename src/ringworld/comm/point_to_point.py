@@ -101,7 +101,7 @@ def recv_view(buf: Any, name: str = "buf") -> memoryview:
     return mv
 
 
-class Communicator:
+class PointToPoint:
     """A group of ranks that exchange messages; ranks are numbered 0..size-1 within it."""
 
     def __init__(self, engine: Engine, ranks: Sequence[int], context: int,
