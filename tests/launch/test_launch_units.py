@@ -181,8 +181,8 @@ def test_recovery_counts_ranks_that_stopped_responding_as_lost() -> None:
 
 
 def test_the_launcher_reads_the_ranks_the_monitors_declared() -> None:
-    from ringworld.comm.monitor import publish_failure
     from ringworld.launch.liveness import JobFailures
+    from ringworld.store.records import publish_failure
     from ringworld.store.tcp import TCPStore, TCPStoreServer
 
     secret = os.urandom(32)

@@ -38,12 +38,27 @@ from ringworld.errors import (
     Timeout,
 )
 from ringworld.store.base import Store
+from ringworld.store.records import (
+    DEAD_COUNT_KEY,
+    DEAD_KEY,
+    HISTORY,
+    PREFIX,
+    MismatchRecord,
+    beat_key,
+    fetch_states,
+    format_states,
+    get_json,
+    left_record,
+    mismatch_record,
+    parse_mismatch,
+    publish_failure,
+    state_key,
+    try_get,
+)
 
 WATCHERS = 3            # ranks each rank watches (the next ones in rank order)
-HISTORY = 8             # long waits each rank remembers (its flight recorder)
 TICK = 0.25             # seconds between looks for failures and revocations found elsewhere
 DEFAULT_LIVENESS = 20.0  # seconds without a heartbeat before a rank is declared failed
-_PREFIX = "rw/mon/"
 
 
 def _process_state(pid: int) -> tuple[str, int] | None:
@@ -58,14 +73,6 @@ def _process_state(pid: int) -> tuple[str, int] | None:
         return fields[0], int(fields[19])
     except (IndexError, ValueError):
         return None
-
-
-def _beat_key(rank: int) -> str:
-    return f"{_PREFIX}beat/{rank}"
-
-
-def _state_key(rank: int) -> str:
-    return f"{_PREFIX}state/{rank}"
 
 
 class Monitor:
@@ -150,7 +157,7 @@ class Monitor:
                     peer = getattr(self.engine, "crashed_peer", None)
                     if isinstance(peer, int):
                         left["failed_peer"] = peer
-                store.set(_state_key(self.rank), json.dumps(left).encode())
+                store.set(state_key(self.rank), json.dumps(left).encode())
         except RingworldError:
             pass
         finally:
@@ -214,8 +221,8 @@ class Monitor:
 
     def _beat(self, store: Store) -> dict[str, Any]:
         state = self._state()
-        store.add(_beat_key(self.rank), 1)
-        store.set(_state_key(self.rank), json.dumps(state).encode())
+        store.add(beat_key(self.rank), 1)
+        store.set(state_key(self.rank), json.dumps(state).encode())
         return state
 
     def _compare_calls(self, store: Store, state: dict[str, Any]) -> None:
@@ -243,7 +250,7 @@ class Monitor:
         for member in cur[3]:
             if member == self.rank or member in e.dead:
                 continue
-            theirs = _get_json(store, _state_key(member), 0.5).get("call")
+            theirs = get_json(store, state_key(member), 0.5).get("call")
             if (isinstance(theirs, list) and len(theirs) == 3 and theirs[0] == ctx
                     and theirs[1] == seq and theirs[2] != text):
                 other = str(theirs[2])
@@ -264,7 +271,7 @@ class Monitor:
         Its published start time must match the process's, so a reused pid never vouches."""
         ident = self._idents.get(rank)
         if ident is None:
-            state = _get_json(store, _state_key(rank), 0.5)
+            state = get_json(store, state_key(rank), 0.5)
             pid, start = state.get("pid"), state.get("start")
             if not isinstance(pid, int) or not isinstance(start, int):
                 return None
@@ -278,7 +285,7 @@ class Monitor:
                  now: float) -> float:
         """Seconds since ``rank``'s heartbeat counter last moved (0 if it just did); ``last``
         keeps (counter, when seen moving) per rank. Cost: one store round trip."""
-        count = store.add(_beat_key(rank), 0)
+        count = store.add(beat_key(rank), 0)
         seen = last.get(rank)
         if seen is None or seen[0] != count:
             last[rank] = (count, now)
@@ -313,7 +320,7 @@ class Monitor:
                     silent = self._silence(store, last, r, now)
                     if (r in local and silent >= 2 * self.interval
                             and self._alive_here(store, r)):
-                        last[r] = (store.add(_beat_key(r), 1), now)  # busy: beat for it
+                        last[r] = (store.add(beat_key(r), 1), now)  # busy: beat for it
                     elif r not in watched:
                         continue
                     elif silent >= 2 * self.interval and self._exited(store, r):
@@ -329,7 +336,7 @@ class Monitor:
                 self.engine.lose(exc)
 
     def _exited(self, store: Store, rank: int) -> bool:
-        return bool(_get_json(store, _state_key(rank), 0.5).get("exited"))
+        return bool(get_json(store, state_key(rank), 0.5).get("exited"))
 
     def _declare(self, store: Store, rank: int, silent: float) -> None:
         self._declared.add(rank)
@@ -354,10 +361,10 @@ class Monitor:
             self._collect_locked(store)
 
     def _collect_locked(self, store: Store) -> None:
-        count = store.add(f"{_PREFIX}dead/count", 0)
+        count = store.add(DEAD_COUNT_KEY, 0)
         while self._seen_failures < count:
             self._seen_failures += 1
-            info = _get_json(store, f"{_PREFIX}dead/{self._seen_failures}")
+            info = get_json(store, DEAD_KEY.format(self._seen_failures))
             try:
                 rank, detail = int(info["rank"]), str(info["detail"])
             except (KeyError, TypeError, ValueError):
@@ -368,10 +375,10 @@ class Monitor:
                 found = "the launcher" if by is None else f"rank {by}"
                 self.engine.remote_failures.append(
                     PeerFailure(rank, f"{detail} (found by {found})"))
-        count = store.add(f"{_PREFIX}revoked/count", 0)
+        count = store.add(f"{PREFIX}revoked/count", 0)
         while self._seen_revocations < count:
             self._seen_revocations += 1
-            info = _get_json(store, f"{_PREFIX}revoked/{self._seen_revocations}")
+            info = get_json(store, f"{PREFIX}revoked/{self._seen_revocations}")
             try:
                 contexts = tuple(int(c) for c in info["contexts"])
                 members = frozenset(int(m) for m in info["members"])
@@ -383,16 +390,16 @@ class Monitor:
                     self.engine.revoked.setdefault(c, why)
                 self.engine.remote_revocations.append((contexts, members, why))
 
-        count = store.add(f"{_PREFIX}mismatch/count", 0)
+        count = store.add(f"{PREFIX}mismatch/count", 0)
         while self._seen_mismatches < count:
             self._seen_mismatches += 1
-            info = _get_json(store, f"{_PREFIX}mismatch/{self._seen_mismatches}")
-            left = _left_record(info)
+            info = get_json(store, f"{PREFIX}mismatch/{self._seen_mismatches}")
+            left = left_record(info)
             if left is not None:
                 if left[2] != self.rank:
                     self.engine.remote_left.append(left)
                 continue
-            record = _parse_mismatch(info)
+            record = parse_mismatch(info)
             if record is not None and record[2] != self.rank:
                 self.engine.remote_mismatches.append(record)
 
@@ -431,8 +438,8 @@ class Monitor:
     def _publish_record(self, record: dict[str, Any]) -> None:
         """Append ``record`` to the job's records of broken calls (mismatches, calls left)."""
         store = self._require_store()
-        i = store.add(f"{_PREFIX}mismatch/count", 1)
-        store.set(f"{_PREFIX}mismatch/{i}", json.dumps(record).encode())
+        i = store.add(f"{PREFIX}mismatch/count", 1)
+        store.set(f"{PREFIX}mismatch/{i}", json.dumps(record).encode())
 
     def has_exited(self, rank: int) -> bool:
         """Whether ``rank`` told the job it left (finalize, also run at exit). False when
@@ -447,7 +454,7 @@ class Monitor:
         if store is None:
             return None
         try:
-            state = _get_json(store, _state_key(rank), 0.5)
+            state = get_json(store, state_key(rank), 0.5)
         except RingworldError:
             return None
         return state if state.get("exited") else None
@@ -460,8 +467,8 @@ class Monitor:
             StoreError: the store is unreachable.
         """
         store = self._require_store()
-        for i in range(store.add(f"{_PREFIX}mismatch/count", 0), 0, -1):
-            found = _mismatch_record(store, i)
+        for i in range(store.add(f"{PREFIX}mismatch/count", 0), 0, -1):
+            found = mismatch_record(store, i)
             if found is not None and found[:2] == (context, seq):
                 return found
         return None
@@ -474,8 +481,8 @@ class Monitor:
             StoreError: the store is unreachable.
         """
         store = self._require_store()
-        i = store.add(f"{_PREFIX}revoked/count", 1)
-        store.set(f"{_PREFIX}revoked/{i}", json.dumps(
+        i = store.add(f"{PREFIX}revoked/count", 1)
+        store.set(f"{PREFIX}revoked/{i}", json.dumps(
             {"contexts": list(contexts), "members": list(members), "name": name,
              "by": self.rank}).encode())
 
@@ -495,7 +502,7 @@ class Monitor:
         """
         store = self._require_store()
         e = self.engine
-        prefix = f"{_PREFIX}agree/{key}/"
+        prefix = f"{PREFIX}agree/{key}/"
         store.set(f"{prefix}v/{self.rank}", json.dumps([int(flag), int(next_context)]).encode())
         deadline = None if timeout is None else time.monotonic() + timeout
         if store.add(f"{prefix}lock", 1) == 1:
@@ -506,7 +513,7 @@ class Monitor:
                 failed = set(e.dead) | e.reported
                 waiting = [r for r in members if r not in values and r not in failed]
                 for r in waiting:
-                    with_value = _try_get(store, f"{prefix}v/{r}", 0.02)
+                    with_value = try_get(store, f"{prefix}v/{r}", 0.02)
                     if with_value is not None:
                         values[r] = json.loads(with_value)
                 if all(r in values or r in failed for r in members):
@@ -524,11 +531,11 @@ class Monitor:
             store.set(f"{prefix}decision", json.dumps(decision).encode())
         else:
             while True:
-                raw = _try_get(store, f"{prefix}decision", 0.1)
+                raw = try_get(store, f"{prefix}decision", 0.1)
                 if raw is not None:
                     decision = json.loads(raw)
                     break
-                coordinator = _try_get(store, f"{prefix}coordinator", 0.0)
+                coordinator = try_get(store, f"{prefix}coordinator", 0.0)
                 e.check_peers()
                 if coordinator is not None and int(coordinator) in (set(e.dead)
                                                                     | e.reported):
@@ -546,7 +553,7 @@ class Monitor:
         Raises:
             StoreError: the store is unreachable.
         """
-        self._require_store().set(f"{_PREFIX}sig/{context}/{seq}/{self.rank}", mine.encode())
+        self._require_store().set(f"{PREFIX}sig/{context}/{seq}/{self.rank}", mine.encode())
 
     def read_signature(self, context: int, seq: int, peer: int) -> str | None:
         """``peer``'s published description of its call ``seq`` on ``context``, if it appears
@@ -554,7 +561,7 @@ class Monitor:
         store = self._store
         if store is None:
             return None
-        raw = _try_get(store, f"{_PREFIX}sig/{context}/{seq}/{peer}", 0.5)
+        raw = try_get(store, f"{PREFIX}sig/{context}/{seq}/{peer}", 0.5)
         return None if raw is None else raw.decode("utf-8", "replace")
 
     def exchange_signature(self, context: int, seq: int, peer: int, mine: str) -> str | None:
@@ -564,7 +571,7 @@ class Monitor:
         store = self._store
         if store is None:
             return None
-        prefix = f"{_PREFIX}sig/{context}/{seq}/"
+        prefix = f"{PREFIX}sig/{context}/{seq}/"
         try:
             store.set(f"{prefix}{self.rank}", mine.encode())
             raw = store.get(f"{prefix}{peer}", timeout=0.5)
@@ -586,7 +593,7 @@ class Monitor:
         store = self._store
         if store is None:
             return ""
-        states = _fetch_states(store, self.size)
+        states = fetch_states(store, self.size)
         lines = []
         current = self.engine.current
         if current is not None:
@@ -601,110 +608,3 @@ class Monitor:
                 lines.append(f"ranks of {name} that entered #{seq}: {arrived or 'none'}; "
                              f"missing: {missing or 'none'} (as of their last heartbeat)")
         return "\n".join(lines + format_states(states, history=False))
-
-
-def publish_failure(store: Store, rank: int, detail: str, by: int | None) -> None:
-    """Tell every rank's monitor that ``rank`` failed (``by``: the rank that found it, None for
-    the launcher). Cost: two store round trips.
-
-    Raises:
-        StoreError: the store is unreachable.
-    """
-    i = store.add(f"{_PREFIX}dead/count", 1)
-    store.set(f"{_PREFIX}dead/{i}", json.dumps({"rank": rank, "detail": detail,
-                                                "by": by}).encode())
-
-
-MismatchRecord = tuple[int, int, int, str, int, str | None]
-
-
-def _mismatch_record(store: Store, i: int) -> MismatchRecord | None:
-    """Published mismatch number ``i`` as (context, seq, by, by_call, sender, sender_call)."""
-    return _parse_mismatch(_get_json(store, f"{_PREFIX}mismatch/{i}"))
-
-
-def _left_record(info: dict[str, Any]) -> tuple[int, int, int, str, str] | None:
-    """A published call left with an error (see Monitor.publish_left) as (context, seq, by,
-    text, kind), or None if ``info`` is not one."""
-    if "left" not in info:
-        return None
-    try:
-        return (int(info["context"]), int(info["seq"]), int(info["by"]), str(info["left"]),
-                str(info.get("kind", "")))
-    except (KeyError, TypeError, ValueError):
-        return None
-
-
-def _parse_mismatch(info: dict[str, Any]) -> MismatchRecord | None:
-    if "left" in info:
-        return None
-    try:
-        sender_call = info.get("sender_call")
-        return (int(info["context"]), int(info["seq"]), int(info["by"]), str(info["by_call"]),
-                int(info["sender"]), None if sender_call is None else str(sender_call))
-    except (KeyError, TypeError, ValueError):
-        return None
-
-
-def _get_json(store: Store, key: str, timeout: float = 2.0) -> dict[str, Any]:
-    """The JSON object stored at ``key``; {} if absent within ``timeout`` or not an object."""
-    try:
-        got = json.loads(store.get(key, timeout=timeout))
-    except (RingworldError, ValueError):
-        return {}
-    return got if isinstance(got, dict) else {}
-
-
-def _try_get(store: Store, key: str, timeout: float) -> bytes | None:
-    try:
-        return store.get(key, timeout=timeout)
-    except RingworldError:
-        return None
-
-
-def _fetch_states(store: Store, size: int) -> dict[int, dict[str, Any] | None]:
-    # a published state is never empty: {} means none (absent, unreadable)
-    return {r: _get_json(store, _state_key(r), 0.5) or None for r in range(size)}
-
-
-def format_states(states: dict[int, dict[str, Any] | None], history: bool = True) -> list[str]:
-    """One line per rank saying what it is doing; with ``history``, its recent long waits."""
-    now = time.time()
-    lines = []
-    for r, st in sorted(states.items()):
-        if st is None:
-            lines.append(f"  rank {r}: no state published (not started, or heartbeats off)")
-            continue
-        if st.get("exited"):
-            lines.append(f"  rank {r}: exited")
-            continue
-        age = now - st["t"] if isinstance(st.get("t"), float) else None
-        stale = f" [last heartbeat {age:.0f} s ago]" if age is not None and age > 5 else ""
-        if "waiting" in st:
-            since = st.get("since")
-            for_s = f" for {now - since:.1f} s" if isinstance(since, float) else ""
-            lines.append(f"  rank {r}: waiting{for_s} on {st['waiting']}{stale}")
-        else:
-            lines.append(f"  rank {r}: not in a communication call (computing?){stale}")
-        entered = st.get("entered")
-        if history and isinstance(entered, dict) and entered:
-            lines.append("    last collective entered: " + ", ".join(
-                f"#{seq} on {name}" for name, seq in entered.items()))
-        recent = st.get("recent")
-        if history and isinstance(recent, list):
-            for item in recent[-HISTORY:]:
-                if isinstance(item, list) and len(item) == 2 and isinstance(item[0], float):
-                    lines.append(f"    {now - item[0]:7.1f} s ago: waited on {item[1]}")
-    return lines
-
-
-def read_states(host: str, port: int, secret: bytes, size: int) -> list[str]:
-    """What every rank of a job is doing, read from its store (the launcher's SIGUSR1 dump).
-
-    Raises:
-        StoreError: the store cannot be reached or authenticated with.
-    """
-    from ringworld.store.tcp import TCPStore
-
-    with TCPStore(host, port, secret, timeout=2.0) as store:
-        return format_states(_fetch_states(store, size))

@@ -425,7 +425,7 @@ def _torch_env(base: dict[str, str], bind: str, size: int) -> dict[str, str]:
 
 def _dump_job(address: str, secret: bytes, size: int) -> None:
     """Print what every rank is doing, from the states their heartbeats publish (SIGUSR1)."""
-    from ringworld.comm.monitor import read_states
+    from ringworld.store.records import read_states
 
     host, _, port = address.rpartition(":")
     try:

@@ -1,14 +1,14 @@
 """Failures between the launcher and the ranks' monitors, through the job store.
 
 Every failure is published as ``rw/mon/dead/<i>`` = ``{"rank", "detail", "by"}`` (``i`` = 1, 2, ...,
-counted at ``rw/mon/dead/count``; :func:`ringworld.comm.monitor.publish_failure` writes them). The
+counted at ``rw/mon/dead/count``; :func:`ringworld.store.records.publish_failure` writes them). The
 launcher publishes a rank that exited on its own (``by``: null), so collectives that need it fail
 at once everywhere; a rank's monitor publishes a peer whose heartbeats stopped for the liveness
 timeout (``by``: its rank, ``detail``: ``not responding: ...``): a rank that is stopped, hung or
 cut off, which never exits on its own. The launcher reads those to name such a rank as the root
 cause of the failures that follow (:class:`~ringworld.launch.procset.ProcessSet`).
 
-Kept light (no numpy): the monitor module is imported only to publish.
+The keys and record forms are :mod:`ringworld.store.records`' (light: no numpy).
 """
 
 from __future__ import annotations
@@ -19,13 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 from ringworld.errors import RingworldError
 from ringworld.launch.procset import RankExit
+from ringworld.store.records import DEAD_COUNT_KEY, DEAD_KEY, publish_failure
 
 if TYPE_CHECKING:
     from ringworld.store.tcp import TCPStore
 
-#: The keys of :func:`ringworld.comm.monitor.publish_failure`.
-DEAD_COUNT_KEY = "rw/mon/dead/count"
-DEAD_KEY = "rw/mon/dead/{}"
 #: How a monitor's declaration of a rank without heartbeats starts.
 NOT_RESPONDING = "not responding"
 _ENTRY_WAIT = 0.5  # seconds: an entry is set just after the count is raised
@@ -65,8 +63,6 @@ class JobFailures:
 
     def tell(self, failure: RankExit) -> None:
         """Publish ``failure``, a rank that failed on its own."""
-        from ringworld.comm.monitor import publish_failure
-
         try:
             publish_failure(self._connect(), failure.rank, failure.describe(), None)
         except (OSError, RingworldError) as exc:
