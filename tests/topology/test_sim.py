@@ -1,4 +1,4 @@
-"""The simulator runs the real schedules: same data as simulate.run and a real job, at scale."""
+"""The simulator runs the real schedules: same data as check.run and a real job, at scale."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ringworld.algorithms import registry, simulate
+from ringworld.algorithms import check as simulate
+from ringworld.algorithms import registry
 from ringworld.algorithms.schedule import RECV, SEND, Schedule, Spec, Xfer, schedule, step
 from ringworld.comm.ops import SUM
 from ringworld.topology import planner, plans, presets, search
@@ -103,7 +104,7 @@ def _real_hier(comm: Any, n: int) -> list[float]:
     b = plans.hierarchical_allreduce([[0, 1], [2, 3]], n, "ring")
     send = data(comm.size, n)[comm.rank]
     out = np.full(n, np.nan)
-    CollectiveRequest(comm, b(comm.rank), [send, out], SUM, "hier",
+    CollectiveRequest(comm._chan, b(comm.rank), [send, out], SUM, "hier",
                       inline=True).run_inline(30)
     return out.tolist()
 

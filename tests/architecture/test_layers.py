@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "ringworld"
+SRC = Path(__file__).resolve().parents[2] / "src" / "ringworld"
 
 #: lowest first; a package may import from its own layer and the ones below
 LAYERS: list[set[str]] = [
