@@ -26,7 +26,7 @@ from ringworld.comm.requests import SEQ_MASK, SIG_SHIFT, RecvRequest, Request
 from ringworld.errors import CommBroken, CommRevoked, MismatchError, PeerFailure
 
 if TYPE_CHECKING:
-    from ringworld.comm.point_to_point import PointToPoint
+    from ringworld.comm.channel import Channel
 
 T = TypeVar("T")
 Array = np.ndarray[Any, Any]
@@ -75,7 +75,7 @@ class CollectiveRequest(Request[T]):
     __slots__ = ("_arrays", "_bytes", "_comm", "_finish", "_finished", "_i", "_op",
                  "_pending", "_registered", "_scratch", "_steps", "_tag", "what")
 
-    def __init__(self, comm: PointToPoint, sched: Schedule, arrays: Sequence[Array],
+    def __init__(self, comm: Channel, sched: Schedule, arrays: Sequence[Array],
                  op: Op | None, what: str | tuple[str, str], scratch: Scratch | None = None,
                  finish: Callable[[], T] | None = None, *, inline: bool = False,
                  sig: int = 0) -> None:

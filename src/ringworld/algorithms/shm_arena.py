@@ -25,7 +25,7 @@ from ringworld.algorithms.shm_policy import CHUNK, DIRECT, RACED, SMALL, Policy
 from ringworld.errors import CommBroken, CommError, MismatchError, PeerFailure, TransportError
 
 if TYPE_CHECKING:
-    from ringworld.comm.point_to_point import PointToPoint
+    from ringworld.comm.channel import Channel
 
 Array = np.ndarray[Any, Any]
 
@@ -64,9 +64,9 @@ INLINE_SPIN = 256  # a few microseconds of counter checks (see Arena.sync)
 class Arena:
     """The shared windows of one communicator and the flag barrier over them."""
 
-    def __init__(self, comm: PointToPoint, barrier: Callable[[], None], policy: Policy,
+    def __init__(self, comm: Channel, barrier: Callable[[], None], policy: Policy,
                  chunk: int = CHUNK) -> None:
-        self.comm = comm
+        self.chan = comm
         self.chunk = chunk
         self.policy = policy
         base = HEADER + 2 * SMALL
@@ -147,7 +147,7 @@ class Arena:
         self._races[kind] = c + 1
         cls = nbytes.bit_length()
         direct = default != bool(self._ctr[0][RACE_WORD + 2 * kind + (c & 1)] >> cls & 1)
-        if self.comm.rank == 0:
+        if self.chan.rank == 0:
             rec = self._race_log.get(kind << 8 | cls)
             if rec is None:
                 rec = self._race_log[kind << 8 | cls] = _Race(default)
@@ -175,7 +175,7 @@ class Arena:
         and writes its mark into every peer's mailbox; the verdicts are combined through the
         counters, so no rank uses direct copies unless all can.
         """
-        comm = self.comm
+        comm = self.chan
         if not comm.supports_peer_reads:
             return False
         me = comm.rank
@@ -215,13 +215,13 @@ class Arena:
     def read(self, rank: int, which: int, offset: int, into: Array) -> None:
         """Copy ``into.nbytes`` from ``offset`` bytes into ``rank``'s published buffer."""
         if into.nbytes:
-            self.comm.read_peer(rank, self._ctr[rank][24 + which] + offset, _addr(into),
+            self.chan.read_peer(rank, self._ctr[rank][24 + which] + offset, _addr(into),
                                 into.nbytes)
 
     def write(self, rank: int, which: int, offset: int, data: Array) -> None:
         """Copy ``data`` to ``offset`` bytes into ``rank``'s published buffer."""
         if data.nbytes:
-            self.comm.write_peer(rank, self._ctr[rank][24 + which] + offset, _addr(data),
+            self.chan.write_peer(rank, self._ctr[rank][24 + which] + offset, _addr(data),
                                  data.nbytes)
 
     @property
@@ -250,9 +250,9 @@ class Arena:
         """:meth:`begin` with the call's :meth:`signature` computed earlier (kept by callers
         that repeat one call)."""
         if self.broken is not None:
-            self._what = (what, self.comm.name, seq)
+            self._what = (what, self.chan.name, seq)
             raise self._broken_error()
-        self._what = (what, self.comm.name, seq)
+        self._what = (what, self.chan.name, seq)
         self._seq = seq
         self.timeout = timeout
         self._sig = self._call = sig
@@ -293,7 +293,7 @@ class Arena:
         """Wait until every rank has reached this point (a barrier over shared counters).
 
         Raises:
-            Timeout, PeerFailure: as :meth:`PointToPoint.spin_until`.
+            Timeout, PeerFailure: as :meth:`Channel.spin_until`.
             MismatchError: ranks started different calls (see :meth:`begin`).
         """
         self.arrive()
@@ -313,7 +313,7 @@ class Arena:
             mine[at + 1] = sig[1] | self._bhash << 32  # and the eager broadcasts before it
         mine[SEQ_WORD + (e & 1)] = self._seq
         mine[0] = e
-        self.comm.wake_peers()
+        self.chan.wake_peers()
 
     def await_all(self) -> None:
         """The second half of :meth:`sync`: wait until every rank has arrived.
@@ -360,7 +360,7 @@ class Arena:
         for i, c in enumerate(self._ctr):
             if c[FAILED] and c[sq] & ~REFUSED != seq:  # then name the first failure
                 self._check_failed()
-            if c[sq] == seq | REFUSED and i != self.comm.rank:
+            if c[sq] == seq | REFUSED and i != self.chan.rank:
                 refused = TypeError if c[REFUSED_KIND] == 2 else ValueError
                 bad = refused(self._read_text(i))
                 setattr(bad, "in_step", True)  # noqa: B010 (see abandon)
@@ -434,7 +434,7 @@ class Arena:
         mark = (sig[1] ^ (sig[0] * 0x9E3779B1) ^ (self._seq * 0x85EBCA77)) & 0xFFFFFFFF
         want = s & SEQ_MASK  # the broadcast number in a stamp
         stamp = want << 32 | mark
-        me = self.comm.rank
+        me = self.chan.rank
         ctr = self._ctr
         word = EAGER_STAMP + e
         if me == root:
@@ -473,7 +473,7 @@ class Arena:
         self._mine[EAGER_DONE] = s
         self._bseq = s
         self._bhash = (self._bhash * 1000003 + (root + 1) * 0x9E3779B1 + mark) & SEQ_MASK
-        self.comm.wake_peers()
+        self.chan.wake_peers()
 
     def _ring_space(self, need: int) -> None:
         """Wait until every rank has finished broadcast ``need``; note how far all have got
@@ -499,8 +499,8 @@ class Arena:
 
     def _eager_wait(self, cond: Callable[[], bool], missing: Callable[[], list[int]],
                     what: str) -> None:
-        ranks = self.comm.world_ranks
-        self.comm.spin_until(cond, self.timeout, lambda: f"{self.what}, waiting for {what}",
+        ranks = self.chan.world_ranks
+        self.chan.spin_until(cond, self.timeout, lambda: f"{self.what}, waiting for {what}",
                              lambda: [ranks[i] for i in missing()],
                              partial(self._check_failed, cond))
 
@@ -517,7 +517,7 @@ class Arena:
         """
         if self.broken is not None or getattr(exc, "in_step", False):
             return
-        me = self.comm.world_ranks[self.comm.rank]
+        me = self.chan.world_ranks[self.chan.rank]
         found: tuple[int, int, str] | None = getattr(exc, "first_failure", None)
         if found is not None:
             how, first, text = found
@@ -532,8 +532,8 @@ class Arena:
         mine[FAILED_FROM] = how | (first + 1) << 8
         mine[FAILED] = self._seq + 1  # last: a peer that sees it sees the rest
         if how == 1:
-            self.comm.note_broken_sequence(self._seq, text.removeprefix("MismatchError: "))
-        self.comm.wake_peers()
+            self.chan.note_broken_sequence(self._seq, text.removeprefix("MismatchError: "))
+        self.chan.wake_peers()
 
     def _check_failed(self, cond: Callable[[], bool] | None = None) -> None:
         """Raise if a rank has left a call (see :meth:`abandon`), or the communicator's
@@ -541,15 +541,15 @@ class Arena:
         ``cond``: what a wait waits for; if it holds after all (the rank did its part here,
         then left), nothing is wrong here. A rank that left makes no later call on these
         windows, so nothing it does after can make ``cond`` hold."""
-        failed = [i for i, c in enumerate(self._ctr) if c[FAILED] and i != self.comm.rank]
+        failed = [i for i, c in enumerate(self._ctr) if c[FAILED] and i != self.chan.rank]
         if not failed:
             if self._seq >= 0:
-                self.comm.check_sequence(self._seq, self._sig)
+                self.chan.check_sequence(self._seq, self._sig)
             return
         if cond is not None and cond():
             return
         # the rank whose own failure it was, if one says so; else the first to tell
-        ranks = self.comm.world_ranks
+        ranks = self.chan.world_ranks
         pick = failed[0]
         for i in failed:
             if self._ctr[i][FAILED_FROM] >> 8 == ranks[i] + 1:
@@ -606,7 +606,7 @@ class Arena:
         assert self.broken is not None
         how, first, text = self.broken
         kind = MismatchError if how == 1 else CommBroken
-        return kind(f"{self.what}: the shared-memory collectives on {self.comm.name} stopped "
+        return kind(f"{self.what}: the shared-memory collectives on {self.chan.name} stopped "
                     f"when world rank {first} left a call with {text}")
 
     @property
@@ -616,13 +616,13 @@ class Arena:
 
     def wait_for(self, cond: Callable[[], bool], missing: Callable[[], Collection[int]],
                  what: str) -> None:
-        """Wait for a condition on the counters (see :meth:`PointToPoint.spin_until`).
+        """Wait for a condition on the counters (see :meth:`Channel.spin_until`).
 
         Raises:
-            as :meth:`PointToPoint.spin_until`; CommBroken or MismatchError when a rank left
+            as :meth:`Channel.spin_until`; CommBroken or MismatchError when a rank left
             the call (see :meth:`abandon`).
         """
-        self.comm.spin_until(cond, self.timeout, lambda: f"{self.what}, waiting for {what}",
+        self.chan.spin_until(cond, self.timeout, lambda: f"{self.what}, waiting for {what}",
                              missing, partial(self._check_failed, cond))
 
     def _wait(self, e: int) -> None:
@@ -631,7 +631,7 @@ class Arena:
         def arrived() -> bool:
             return all(c[0] >= e for c in ctr)
 
-        ranks = self.comm.world_ranks
+        ranks = self.chan.world_ranks
 
         def missing() -> Collection[int]:
             return [ranks[i] for i, c in enumerate(ctr) if c[0] < e]
@@ -640,7 +640,7 @@ class Arena:
             who = [i for i, c in enumerate(ctr) if c[0] < e]
             return f"{self.what}, shared-memory sync {e}, waiting for rank(s) {who}"
 
-        self.comm.spin_until(arrived, self.timeout, describe, missing,
+        self.chan.spin_until(arrived, self.timeout, describe, missing,
                              partial(self._check_failed, arrived))
 
 

@@ -102,10 +102,10 @@ def _combine_in_rank_order(op: Op, dst: Array, ins: Sequence[Array]) -> None:
 def _publish_blocks(a: Arena, send: Array, n: int, b0: int, m: int) -> None:
     """Copy elements [b0, b0 + m) of every other rank's block (``n`` each) of ``send`` into
     this rank's area 0, block j at j * m, for rank j to take after the next sync."""
-    r = a.comm.rank
+    r = a.chan.rank
     a.place(0, send[b0:])
-    mine = a.area(r, 0, send.dtype, a.comm.size * m)
-    for j in range(a.comm.size):
+    mine = a.area(r, 0, send.dtype, a.chan.size * m)
+    for j in range(a.chan.size):
         if j != r:
             np.copyto(mine[j * m : (j + 1) * m], send[j * n + b0 : j * n + b0 + m])
 
@@ -122,7 +122,7 @@ def barrier(a: Arena) -> None:
 
 def allreduce(a: Arena, send: Array, recv: Array, op: Op) -> None:
     """Allreduce through shared memory (rank-ordered, bitwise identical on all ranks)."""
-    p, r = a.comm.size, a.comm.rank
+    p, r = a.chan.size, a.chan.rank
     dt = recv.dtype
     if recv.nbytes <= SMALL:  # one sync; every rank combines all inputs in rank order
         slot = a.slots(a.next_parity(), dt, recv.size)
@@ -173,7 +173,7 @@ def _allreduce_direct(a: Arena, send: Array, recv: Array, op: Op) -> None:
     copy in, copy of the result out and copy of the others' results in: one pass over the data
     less. Each slice is computed once, so every rank gets bitwise the same result.
     """
-    p, r = a.comm.size, a.comm.rank
+    p, r = a.chan.size, a.chan.rank
     dt = recv.dtype
     isz = dt.itemsize
     blk = blocks(recv.size, p)
@@ -197,7 +197,7 @@ def _combine_slice(a: Arena, send: Array, out: Array, s0: int, op: Op) -> None:
     This rank's windows serve as scratch: no peer reads them while buffers are read directly.
     Cost: (p-1) out.nbytes read from peers and p-1 combining passes.
     """
-    p, r = a.comm.size, a.comm.rank
+    p, r = a.chan.size, a.chan.rank
     dt = out.dtype
     isz = dt.itemsize
     # the running result is out's piece, except where out holds this rank's own input and that
@@ -233,7 +233,7 @@ def _combine_slice(a: Arena, send: Array, out: Array, s0: int, op: Op) -> None:
 def reduce(a: Arena, send: Array, recv: Array, op: Op, root: int) -> None:
     """Reduce to ``root`` through shared memory (each rank combines one slice; a small
     vector in one sync, the root combining every rank's copy in rank order)."""
-    p, r = a.comm.size, a.comm.rank
+    p, r = a.chan.size, a.chan.rank
     dt = send.dtype
     if send.nbytes <= SMALL:
         slot = a.slots(a.next_parity(), dt, send.size)
@@ -267,7 +267,7 @@ def reduce(a: Arena, send: Array, recv: Array, op: Op, root: int) -> None:
 def bcast(a: Arena, buf: Array, root: int) -> None:
     """Broadcast: small ones through the root's eager ring (no sync), large ones by direct
     copies or streamed through the root's window."""
-    r = a.comm.rank
+    r = a.chan.rank
     if buf.nbytes <= SMALL:
         a.eager_bcast(buf if buf.ndim == 1 else buf.reshape(-1), root)
         return
@@ -278,9 +278,9 @@ def bcast(a: Arena, buf: Array, root: int) -> None:
         a.publish(0, buf)
         a.sync()
         raw = buf.reshape(-1).view(np.uint8)
-        head = (raw.size // a.comm.size) & ~63
+        head = (raw.size // a.chan.size) & ~63
         if r == root:
-            for j in range(a.comm.size):
+            for j in range(a.chan.size):
                 if j != root:
                     a.write(j, 0, 0, raw[:head])
         else:
@@ -331,7 +331,7 @@ def _stream(a: Arena, produce: Array | None, producers: Sequence[int],
     Raises:
         MismatchError: ranks disagree on the length (raised on every rank).
     """
-    r = a.comm.rank
+    r = a.chan.rank
     ctr = a.counters
     mine = ctr[r]
     nbytes = produce.size if produce is not None else into(producers[0]).size
@@ -339,7 +339,7 @@ def _stream(a: Arena, produce: Array | None, producers: Sequence[int],
     base = a.pieces
     a.pieces += pieces
     nslots = a.chunk // PIECE
-    ranks = a.comm.world_ranks
+    ranks = a.chan.world_ranks
     stream = base + 1
     area: Array | None = None
     if produce is not None:
@@ -359,7 +359,7 @@ def _stream(a: Arena, produce: Array | None, producers: Sequence[int],
                 _refused(a, r, stream, nbytes)
             np.copyto(area[at : at + n], produce[lo : lo + n])
             mine[28] = g + 1
-            a.comm.wake_peers()
+            a.chan.wake_peers()
         for j in sources:
             src = ctr[j]
             if src[28] < g + 1:
@@ -367,12 +367,12 @@ def _stream(a: Arena, produce: Array | None, producers: Sequence[int],
                            f"piece {i} of {pieces} from rank {j}")
             if i == 0 and src[30] != nbytes:
                 mine[31] = stream  # tell the producers, which would wait for us forever
-                a.comm.wake_peers()
+                a.chan.wake_peers()
                 raise MismatchError(f"{a.what}: rank {j} sends {src[30]} bytes, this rank "
                                     f"(rank {r}) expects {nbytes}")
             np.copyto(into(j)[lo : lo + n], a.area(j, 0, np.dtype(np.uint8), a.chunk)[at : at + n])
             mine[CONSUMED + j] = g + 1
-            a.comm.wake_peers()
+            a.chan.wake_peers()
     if produce is not None:
         end = base + pieces
         if not _consumed(ctr, r, end, stream):
@@ -383,7 +383,7 @@ def _stream(a: Arena, produce: Array | None, producers: Sequence[int],
 
 def allgather(a: Arena, send: Array, recv: Array) -> None:
     """Every rank publishes its block; every rank copies all the others'."""
-    p, r = a.comm.size, a.comm.rank
+    p, r = a.chan.size, a.chan.rank
     dt = recv.dtype
     n = send.size
     if send.nbytes <= SMALL:
@@ -429,7 +429,7 @@ def allgather(a: Arena, send: Array, recv: Array) -> None:
 
 def reduce_scatter_block(a: Arena, send: Array, recv: Array, op: Op) -> None:
     """Every rank publishes its p blocks; rank i combines block i of all, in rank order."""
-    p, r = a.comm.size, a.comm.rank
+    p, r = a.chan.size, a.chan.rank
     dt = recv.dtype
     n = recv.size
     if send.nbytes <= SMALL:  # one sync; each rank combines its block of all, in rank order
@@ -460,7 +460,7 @@ def reduce_scatter_block(a: Arena, send: Array, recv: Array, op: Op) -> None:
 
 def alltoall(a: Arena, send: Array, recv: Array) -> None:
     """Every rank publishes its p blocks; every rank copies its block from each."""
-    p, r = a.comm.size, a.comm.rank
+    p, r = a.chan.size, a.chan.rank
     dt = recv.dtype
     n = recv.size // p
     if send.nbytes <= SMALL:  # one sync through the slots

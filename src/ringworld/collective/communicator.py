@@ -237,7 +237,7 @@ class Communicator(CommManagement):
         if isinstance(exc, MismatchError | CommRevoked) or getattr(exc, "from_left", False):
             return  # these reach every member anyway
         kind = f"PeerFailure:{exc.rank}" if isinstance(exc, PeerFailure) else ""
-        self._engine.report_left(self.coll_context, self._coll_seq,
+        self._engine.report_left(self.coll_context, self._chan.seq,
                                  f"a composite collective with {type(exc).__name__}: {exc}",
                                  kind)
 

@@ -108,7 +108,7 @@ class CollectiveCore(ObjectCollectives):
         return (blocking and self.transport == "shm"
                 and (self._arena is not None or collective != "barrier"
                      or algorithm == SHM)  # first: a start-up barrier loads no numpy
-                and self.size <= shm.MAX_RANKS and self.supports_shared_memory)
+                and self.size <= shm.MAX_RANKS and self._chan.supports_shared_memory)
 
     def plan(self, collective: str, nbytes: int, *, algorithm: str | None = None,
              commutative: bool = True, equal_blocks: bool = True,
@@ -153,14 +153,15 @@ class CollectiveCore(ObjectCollectives):
             # the call, so a rank in another call at the same number is caught as a mismatch
             setup = f"{what} (shm: setting up the shared windows)"
             try:
-                self._arena = shm.Arena(self, lambda: self._dissemination(timeout, setup),
+                self._arena = shm.Arena(self._chan, lambda: self._dissemination(timeout, setup),
                                          self.selector.shm_policy)
             except Timeout as exc:
                 raise Timeout(f"{what} (shm) on {self.name}: setting up shared memory: "
                               f"{exc}") from exc
             self.last_algorithm = SHM  # not the barriers that set the windows up
             self._ndarray = np.ndarray
-        seq = self.next_seq()  # shared-memory collectives send no messages but keep tags in step
+        # shared-memory collectives send no messages but keep tags in step
+        seq = self._chan.next_seq()
         a = self._arena
         if sig is None:
             a.begin(what, timeout, nbytes, kind, seq)
@@ -192,20 +193,20 @@ class CollectiveCore(ObjectCollectives):
                 if scratch is None:
                     scratch = self._scratch = executor.Scratch()
                 req: executor.CollectiveRequest[None] = executor.CollectiveRequest(
-                    self, sched, arrays, op, what, scratch, finish, inline=True, sig=sig)
+                    self._chan, sched, arrays, op, what, scratch, finish, inline=True, sig=sig)
                 req.run_inline(timeout)
             else:
-                self.next_seq()
+                self._chan.next_seq()
                 if finish is not None:
                     finish()
             return CompletedRequest(self._engine, None)
         if not sched.steps:
-            self.next_seq()
+            self._chan.next_seq()
             if finish is not None:
                 finish()
             return CompletedRequest(self._engine, None)
         nb: executor.CollectiveRequest[None] = executor.CollectiveRequest(
-            self, sched, arrays, op, what, None, finish, sig=sig)
+            self._chan, sched, arrays, op, what, None, finish, sig=sig)
         return nb
 
     def _signature(self, collective: str, algo: str, spec: Spec, arrays: Sequence[Array],
@@ -306,15 +307,16 @@ class CollectiveCore(ObjectCollectives):
         if timeout is not None:
             check_timeout(timeout)
         e = self._engine
-        tag = self.next_seq() | e.sign(what) << SIG_SHIFT
+        tag = self._chan.next_seq() | e.sign(what) << SIG_SHIFT
         e.note_call(self.coll_context, tag)
         if e.mismatched or e.remote_mismatches:  # the sequence broke earlier
             e.check_mismatched(self.coll_context, tag & SEQ_MASK)
         sink = memoryview(bytearray(0))
         for step in registry.build("barrier", "dissemination", Spec(self.size, self.rank)).steps:
-            reqs: list[Request[Any]] = [self.coll_irecv(sink, x.peer, tag) for x in step.recvs]
+            reqs: list[Request[Any]] = [self._chan.coll_irecv(sink, x.peer, tag)
+                                        for x in step.recvs]
             for x in step.sends:
-                h = self.coll_isend(sink, x.peer, tag)
+                h = self._chan.coll_isend(sink, x.peer, tag)
                 if h is not None:
                     reqs.append(h)
             try:
@@ -351,7 +353,7 @@ class CollectiveCore(ObjectCollectives):
         as they do and tells them (those waiting for the root raise the same error type,
         naming it), and drops the messages they send it in that call: the communicator stays
         usable on every rank. Cost: two store round trips, on this error path only."""
-        seq = self.next_seq()
+        seq = self._chan.next_seq()
         e = self._engine
         e.refuse_call(self.coll_context, seq,
                       self._refusal(f"{collective} #{seq} on {self.name}", exc),

@@ -189,7 +189,7 @@ class CommManagement(CollectiveCore):
         self._repeat.clear()
         if self._arena is not None:
             self._arena = None
-            self.unmap_shared("arena")
+            self._chan.unmap_shared("arena")
         if self._hier is not None:
             for sub in self._hier:
                 if sub is not None and sub is not self:

@@ -89,15 +89,15 @@ class ObjectCollectives(PointToPoint):
             sig = self._engine.sign(f"{what}(root={root}, op={op or '-'})")
             if len(known) < 4096:
                 known[key] = sig
-        tag = self.next_seq() | (sig << SIG_SHIFT)
+        tag = self._chan.next_seq() | (sig << SIG_SHIFT)
         self._engine.note_call(self.coll_context, tag)
         return tag
 
     def _send(self, enc: _Encoded, dest: int, tag: int) -> Request[None] | None:
-        return self.coll_isend_raw(enc.segments, enc.nbytes, enc.flags, dest, tag, enc.keep)
+        return self._chan.coll_isend_raw(enc.segments, enc.nbytes, enc.flags, dest, tag, enc.keep)
 
     def _recv(self, source: int, tag: int, timeout: float | None) -> _Encoded:
-        flags, view = self.coll_irecv_raw(source, tag).wait_or_cancel(timeout)
+        flags, view = self._chan.coll_irecv_raw(source, tag).wait_or_cancel(timeout)
         return _Encoded([view], len(view), flags)
 
     def _root_of(self, root: int) -> int:
@@ -113,7 +113,7 @@ class ObjectCollectives(PointToPoint):
             Timeout, PeerFailure; pickling errors at the root.
         """
         self._check_open()
-        with self._named("bcast_obj", self._coll_seq):
+        with self._named("bcast_obj", self._chan.seq):
             root = self._root_of(root)
             tag = self._obj_seq("bcast_obj", root)
             return self._bcast_obj(obj, root, tag, timeout)
@@ -146,7 +146,7 @@ class ObjectCollectives(PointToPoint):
             Timeout, PeerFailure.
         """
         self._check_open()
-        with self._named("gather_obj", self._coll_seq):
+        with self._named("gather_obj", self._chan.seq):
             root = self._root_of(root)
             tag = self._obj_seq("gather_obj", root)
             p, r = self.size, self.rank
@@ -155,7 +155,7 @@ class ObjectCollectives(PointToPoint):
                 if h is not None:
                     h.wait(timeout)
                 return None
-            reqs = [self.coll_irecv_raw(i, tag) for i in range(p) if i != r]
+            reqs = [self._chan.coll_irecv_raw(i, tag) for i in range(p) if i != r]
             got = iter(wait_all(reqs, timeout))
             return _in_rank_order(p, r, obj, got)
 
@@ -168,7 +168,7 @@ class ObjectCollectives(PointToPoint):
             Timeout, PeerFailure.
         """
         self._check_open()
-        with self._named("scatter_obj", self._coll_seq):
+        with self._named("scatter_obj", self._chan.seq):
             root = self._root_of(root)
             p, r = self.size, self.rank
             if r == root:
@@ -191,11 +191,12 @@ class ObjectCollectives(PointToPoint):
             Timeout, PeerFailure.
         """
         self._check_open()
-        with self._named("allgather_obj", self._coll_seq):
+        with self._named("allgather_obj", self._chan.seq):
             tag = self._obj_seq("allgather_obj")
             p, r = self.size, self.rank
             enc = _Encoded.of(obj)
-            reqs: list[Request[Any]] = [self.coll_irecv_raw(i, tag) for i in range(p) if i != r]
+            reqs: list[Request[Any]] = [self._chan.coll_irecv_raw(i, tag) for i in range(p)
+                                        if i != r]
             sends = [h for i in range(p) if i != r for h in [self._send(enc, i, tag)]
                      if h is not None]
             got = iter(wait_all(reqs + sends, timeout)[: len(reqs)])
@@ -208,12 +209,13 @@ class ObjectCollectives(PointToPoint):
             ValueError: ``objs`` does not have one item per rank.  Timeout, PeerFailure.
         """
         self._check_open()
-        with self._named("alltoall_obj", self._coll_seq):
+        with self._named("alltoall_obj", self._chan.seq):
             p, r = self.size, self.rank
             tag = self._obj_seq("alltoall_obj")
             if len(objs) != p:
                 raise ValueError(f"objs must have {p} items (one per rank), got {len(objs)}")
-            reqs: list[Request[Any]] = [self.coll_irecv_raw(i, tag) for i in range(p) if i != r]
+            reqs: list[Request[Any]] = [self._chan.coll_irecv_raw(i, tag) for i in range(p)
+                                        if i != r]
             sends = [h for i in range(p) if i != r
                      for h in [self._send(_Encoded.of(objs[i]), i, tag)] if h is not None]
             got = iter(wait_all(reqs + sends, timeout)[: len(reqs)])
@@ -227,7 +229,7 @@ class ObjectCollectives(PointToPoint):
             Timeout, PeerFailure; whatever ``op`` raises on these values.
         """
         self._check_open()
-        with self._named("reduce_obj", self._coll_seq):
+        with self._named("reduce_obj", self._chan.seq):
             root = self._root_of(root)
             o = ops.resolve(op)
             tag = self._obj_seq("reduce_obj", root, o.name)
@@ -265,7 +267,7 @@ class ObjectCollectives(PointToPoint):
             Timeout, PeerFailure; whatever ``op`` raises on these values.
         """
         self._check_open()
-        with self._named("allreduce_obj", self._coll_seq):
+        with self._named("allreduce_obj", self._chan.seq):
             o = ops.resolve(op)
             tag = self._obj_seq("allreduce_obj", 0, o.name)
             acc = self._reduce_obj(obj, o, 0, tag, timeout)
@@ -293,7 +295,7 @@ class ObjectCollectives(PointToPoint):
                inclusive: bool) -> Any:
         """A prefix reduction along the chain 0 -> 1 -> ... (rank order for any op)."""
         self._check_open()
-        with self._named(what, self._coll_seq):
+        with self._named(what, self._chan.seq):
             o = ops.resolve(op)
             tag = self._obj_seq(what, 0, o.name)
             prefix = self._recv(self.rank - 1, tag, timeout).value() if self.rank else None
