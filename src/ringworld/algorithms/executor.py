@@ -117,8 +117,8 @@ class CollectiveRequest(Request[T]):
                 self._engine.background.append(self._poll)
                 self._engine.open_calls[comm.coll_context].add(self._tag & SEQ_MASK)
                 self._registered = True
-        except BaseException:
-            self._release()
+        except BaseException as exc:  # the call has its number: fail it as any step's failure
+            self._fail(exc)  # (its peers' messages may still come, and are no strays)
             raise
 
     # ------------------------------------------------------------------ state machine

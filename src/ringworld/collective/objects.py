@@ -70,14 +70,19 @@ class ObjectCollectives(PointToPoint):
 
     @contextlib.contextmanager
     def _named(self, what: str, tag: int) -> Iterator[None]:
-        """Name the collective in a Timeout or PeerFailure raised by its messages."""
+        """Name the collective in a Timeout or PeerFailure raised by its messages; a call that
+        raises is given up here, so its peers' messages that still come are no strays."""
         try:
             yield
-        except Timeout as exc:
-            raise Timeout(f"{what} #{tag & SEQ_MASK} on {self.name}: {exc}") from exc
-        except PeerFailure as exc:
-            raise PeerFailure(exc.rank, f"{exc.detail} (in {what} #{tag & SEQ_MASK} on "
-                                        f"{self.name})") from exc
+        except BaseException as exc:
+            if self._chan.seq != tag & SEQ_MASK:  # it took its number
+                self._engine.open_calls[self.coll_context].add(tag & SEQ_MASK)
+            if isinstance(exc, Timeout):
+                raise Timeout(f"{what} #{tag & SEQ_MASK} on {self.name}: {exc}") from exc
+            if isinstance(exc, PeerFailure):
+                raise PeerFailure(exc.rank, f"{exc.detail} (in {what} #{tag & SEQ_MASK} on "
+                                            f"{self.name})") from exc
+            raise
 
     def _obj_seq(self, what: str, root: int = 0, op: str = "") -> int:
         """The next sequence number with this call's signature in its high bits, so that a

@@ -70,6 +70,7 @@ class CallChecks:
     remote_left: list[tuple[int, int, int, str, str]]
     left_calls: dict[tuple[int, int], tuple[str, str]]
     refused: dict[int, set[int]]
+    revoked: dict[int, Any]
 
     if TYPE_CHECKING:  # the engine's (see Engine)
         def isend(self, dest: int, context: int, tag: int, flags: int,
@@ -362,8 +363,8 @@ class CallChecks:
         if self.unsurfaced:
             return next(iter(self.unsurfaced.values()))
         for context, queue in self.unexpected.items():
-            if context in self.mismatched:
-                continue  # reported already
+            if context in self.mismatched or context in self.revoked:
+                continue  # reported already, or calls were cut short on purpose
             current = self.entered.get(context)
             given_up = self.open_calls.get(context, set())
             for m in queue:
