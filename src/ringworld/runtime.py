@@ -206,9 +206,8 @@ def init(*, transport: str | None = None, timeout: float | None = None,
                     from exc
         elif kind == "auto":
             kind = "shm"
-        engine = Engine(cfg.rank, cfg.size, route, timeout if timeout is not None else cfg.timeout)
-        engine.hosts = hosts
-        engine.agree_crowded(cpus)
+        engine = Engine(cfg.rank, cfg.size, route, timeout if timeout is not None else cfg.timeout,
+                        hosts=hosts, cpus=cpus)
         if store is not None and cfg.liveness_timeout > 0:
             _start_monitor(engine, cfg)
         _engine = engine

@@ -74,7 +74,12 @@ class Engine(CallChecks):
     """Matching and progress for one rank over its transports."""
 
     def __init__(self, rank: int, size: int, route: Sequence[Transport | None],
-                 timeout: float | None = None) -> None:
+                 timeout: float | None = None, *, hosts: Sequence[str] | None = None,
+                 cpus: Sequence[int] | None = None) -> None:
+        """``route``: world rank -> the transport reaching it (None for this rank);
+        ``hosts``: each world rank's host label (default: all on one host); ``cpus``: each
+        rank's usable CPUs as exchanged at start-up (default: this rank's alone), which set
+        whether the job is crowded (see :meth:`agree_crowded`)."""
         self.rank = rank
         self.size = size
         self.route = list(route)  # world rank -> transport (None for this rank itself)
@@ -97,7 +102,8 @@ class Engine(CallChecks):
         # nonblocking collectives in flight: advanced on every progress() call, so a rank
         # blocked in any wait still forwards the data its peers need (MPI's progress rule)
         self.background: list[Callable[[], object]] = []
-        self.agree_crowded([usable_cpus()])  # crowded, spin_polls, recv_spin (this rank's view)
+        # crowded, spin_polls, recv_spin: agreed by every rank when cpus are the exchanged ones
+        self.agree_crowded(list(cpus) if cpus is not None else [usable_cpus()])
         # for the monitor (heartbeats) and timeout diagnosis: set cheaply on the hot path,
         # read from the monitor thread
         self.entered: dict[int, int] = {}  # collective context -> last sequence entered
@@ -129,8 +135,8 @@ class Engine(CallChecks):
         self.crashed_peer: int | None = None  # ... a PeerFailure naming that world rank
         # synchronous sends waiting for their match, by (dest, context, tag), in send order
         self.sync_waiting: dict[tuple[int, int, int], deque[SyncSendRequest]] = {}
-        self.ft: Any = None  # the job's fault-tolerance service (store based), if any
-        self.hosts: list[str] = ["local"] * size  # each world rank's host label
+        self.ft: Any = None  # the job's fault-tolerance service (see serve_with)
+        self.hosts: list[str] = list(hosts) if hosts is not None else ["local"] * size
         self.signatures: dict[int, str] = {}  # collective call signature hash -> description
         # a call's agreed values (collective, algorithm, count, dtype...) -> its signature: per
         # engine, as the descriptions above are (worlds of threads each have their own)
@@ -152,6 +158,12 @@ class Engine(CallChecks):
         # messages no call of this rank will take (context, tag, sender): see _check_unexpected
         self.strays: list[tuple[int, int, int]] = []
         self.explain: Callable[[str], str] | None = None  # the monitor's job-wide diagnosis
+
+    def serve_with(self, service: Any, explain: Callable[[str], str]) -> None:
+        """Make ``service`` (the job's monitor) this engine's fault-tolerance service and
+        ``explain`` its job-wide diagnosis of timeouts (set once, before any call)."""
+        self.ft = service
+        self.explain = explain
 
     def agree_crowded(self, cpus: Sequence[int]) -> None:
         """Set whether the job's ranks outnumber the cores: true if they outnumber any of

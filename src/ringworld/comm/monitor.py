@@ -125,8 +125,7 @@ class Monitor:
         except RingworldError:
             engine.close()
             raise
-        engine.explain = monitor.explain
-        engine.ft = monitor
+        engine.serve_with(monitor, monitor.explain)
         return monitor
 
     def start(self) -> None:

@@ -75,9 +75,7 @@ def run_threads(size: int, fn: Callable[..., T], *args: Any, timeout: float = 60
     hub = Hub(size)
     ends = hub.endpoints()
     engines = [Engine(r, size, [None if w == r else ends[r] for w in range(size)],
-                      call_timeout) for r in range(size)]
-    for e in engines:
-        e.agree_crowded([1 if crowded else size])
+                      call_timeout, cpus=[1 if crowded else size]) for r in range(size)]
     store = MemoryStore()
     monitors = [Monitor.attach(e, lambda: PrefixStore("job", store), liveness_timeout)
                 for e in engines] if size > 1 and liveness_timeout > 0 else []
