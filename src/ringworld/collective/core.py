@@ -64,6 +64,7 @@ class CollectiveCore(ObjectCollectives):
     def __init__(self, engine: Engine, ranks: Sequence[int], context: int, name: str = "",
                  selector: Selector | None = None, transport: str = "shm") -> None:
         super().__init__(engine, ranks, context, name)
+        self._next_seq = self._chan.next_seq  # per call: one attribute load, not two
         self.selector = selector or Selector(constants.DEFAULTS)
         self.transport = transport if self.size > 1 else "self"
         self.last_algorithm = ""
@@ -161,7 +162,7 @@ class CollectiveCore(ObjectCollectives):
             self.last_algorithm = SHM  # not the barriers that set the windows up
             self._ndarray = np.ndarray
         # shared-memory collectives send no messages but keep tags in step
-        seq = self._chan.next_seq()
+        seq = self._next_seq()
         a = self._arena
         if sig is None:
             a.begin(what, timeout, nbytes, kind, seq)
@@ -196,12 +197,12 @@ class CollectiveCore(ObjectCollectives):
                     self._chan, sched, arrays, op, what, scratch, finish, inline=True, sig=sig)
                 req.run_inline(timeout)
             else:
-                self._chan.next_seq()
+                self._next_seq()
                 if finish is not None:
                     finish()
             return CompletedRequest(self._engine, None)
         if not sched.steps:
-            self._chan.next_seq()
+            self._next_seq()
             if finish is not None:
                 finish()
             return CompletedRequest(self._engine, None)
@@ -307,7 +308,7 @@ class CollectiveCore(ObjectCollectives):
         if timeout is not None:
             check_timeout(timeout)
         e = self._engine
-        tag = self._chan.next_seq() | e.sign(what) << SIG_SHIFT
+        tag = self._next_seq() | e.sign(what) << SIG_SHIFT
         e.note_call(self.coll_context, tag)
         if e.mismatched or e.remote_mismatches:  # the sequence broke earlier
             e.check_mismatched(self.coll_context, tag & SEQ_MASK)
@@ -353,7 +354,7 @@ class CollectiveCore(ObjectCollectives):
         as they do and tells them (those waiting for the root raise the same error type,
         naming it), and drops the messages they send it in that call: the communicator stays
         usable on every rank. Cost: two store round trips, on this error path only."""
-        seq = self._chan.next_seq()
+        seq = self._next_seq()
         e = self._engine
         e.refuse_call(self.coll_context, seq,
                       self._refusal(f"{collective} #{seq} on {self.name}", exc),
