@@ -72,6 +72,32 @@ class CallChecks:
     refused: dict[int, set[int]]
     revoked: dict[int, Any]
 
+    def _init_calls(self) -> None:
+        """Start with no call checked, broken, left or refused (the engine's constructor)."""
+        # mismatches found elsewhere: (context, seq, by, by's call, sender, sender's call)
+        self.remote_mismatches: list[tuple[int, int, int, str, int, str | None]] = []
+        self.mismatched: dict[int, tuple[int, str]] = {}  # context -> (broken call, why)
+        self.unsurfaced: dict[int, str] = {}  # ... found after this rank's calls in it ended
+        # collective calls another rank left with an error: (context, seq, by, why) found by
+        # the monitor, and (context, seq) -> the error once taken in (see fail_left)
+        self.remote_left: list[tuple[int, int, int, str, str]] = []
+        self.left_calls: dict[tuple[int, int], tuple[str, str]] = {}  # ... -> (why, kind)
+        self.refused: dict[int, set[int]] = {}  # context -> calls this rank refused as root
+        self.signatures: dict[int, str] = {}  # collective call signature hash -> description
+        # a call's agreed values (collective, algorithm, count, dtype...) -> its signature: per
+        # engine, as the descriptions above are (worlds of threads each have their own)
+        self.signed_calls: dict[tuple[Any, ...], int] = {}
+        self._marks: dict[str, int] = {}  # ... and back (see sign)
+        self._mismatched: list[tuple[RecvRequest[Any], int, int]] = []  # found while polling
+        # signed collective calls (see note_call): context -> tag of the call this rank is in
+        self.entered_tag: dict[int, int] = {}
+        self.previous_tag: dict[int, int] = {}  # ... and of the signed call before it
+        # collective calls not finished on this rank, whose messages may still come late:
+        # nonblocking ones in flight and ones that failed here (context -> sequence numbers)
+        self.open_calls: defaultdict[int, set[int]] = defaultdict(set)
+        # messages no call of this rank will take (context, tag, sender): see _check_unexpected
+        self.strays: list[tuple[int, int, int]] = []
+
     if TYPE_CHECKING:  # the engine's (see Engine)
         def isend(self, dest: int, context: int, tag: int, flags: int,
                   segments: Sequence[memoryview], nbytes: int) -> SendHandle: ...

@@ -102,6 +102,7 @@ class Engine(CallChecks):
         # nonblocking collectives in flight: advanced on every progress() call, so a rank
         # blocked in any wait still forwards the data its peers need (MPI's progress rule)
         self.background: list[Callable[[], object]] = []
+        self._init_calls()  # the bookkeeping of collective calls (see CallChecks)
         # crowded, spin_polls, recv_spin: agreed by every rank when cpus are the exchanged ones
         self.agree_crowded(list(cpus) if cpus is not None else [usable_cpus()])
         # for the monitor (heartbeats) and timeout diagnosis: set cheaply on the hot path,
@@ -119,15 +120,6 @@ class Engine(CallChecks):
         self.calm = True
         # revocations the monitor found: (contexts, member world ranks, error)
         self.remote_revocations: list[tuple[tuple[int, ...], frozenset[int], CommRevoked]] = []
-        # mismatches found elsewhere: (context, seq, by, by's call, sender, sender's call)
-        self.remote_mismatches: list[tuple[int, int, int, str, int, str | None]] = []
-        self.mismatched: dict[int, tuple[int, str]] = {}  # context -> (broken call, why)
-        self.unsurfaced: dict[int, str] = {}  # ... found after this rank's calls in it ended
-        # collective calls another rank left with an error: (context, seq, by, why) found by
-        # the monitor, and (context, seq) -> the error once taken in (see fail_left)
-        self.remote_left: list[tuple[int, int, int, str, str]] = []
-        self.left_calls: dict[tuple[int, int], tuple[str, str]] = {}  # ... -> (why, kind)
-        self.refused: dict[int, set[int]] = {}  # context -> calls this rank refused as root
         self._explained: set[int] = set()  # exited ranks whose reasons were looked up
         self.failure_order: list[int] = []  # reported failed ranks, first published first
         self.lost: str | None = None  # why this rank is cut off from the job (see lose)
@@ -137,26 +129,12 @@ class Engine(CallChecks):
         self.sync_waiting: dict[tuple[int, int, int], deque[SyncSendRequest]] = {}
         self.ft: Any = None  # the job's fault-tolerance service (see serve_with)
         self.hosts: list[str] = list(hosts) if hosts is not None else ["local"] * size
-        self.signatures: dict[int, str] = {}  # collective call signature hash -> description
-        # a call's agreed values (collective, algorithm, count, dtype...) -> its signature: per
-        # engine, as the descriptions above are (worlds of threads each have their own)
-        self.signed_calls: dict[tuple[Any, ...], int] = {}
-        self._marks: dict[str, int] = {}  # ... and back (see sign)
-        self._mismatched: list[tuple[RecvRequest[Any], int, int]] = []  # found while polling
-        # signed collective calls (see note_call): context -> tag of the call this rank is in
-        self.entered_tag: dict[int, int] = {}
         # collective context -> how to describe its call in progress on a path that sends no
         # messages (the shared-memory windows; see PointToPoint.describe_calls)
         self.call_describers: dict[
             int, Callable[[], Callable[[], tuple[int, str] | None] | None]] = {}
-        self.previous_tag: dict[int, int] = {}  # ... and of the signed call before it
-        # collective calls not finished on this rank, whose messages may still come late:
-        # nonblocking ones in flight and ones that failed here (context -> sequence numbers)
-        self.open_calls: defaultdict[int, set[int]] = defaultdict(set)
         self.deferred = 0  # lazy messages queued undetached (an upper bound), since when:
         self.deferred_since = 0.0
-        # messages no call of this rank will take (context, tag, sender): see _check_unexpected
-        self.strays: list[tuple[int, int, int]] = []
         self.explain: Callable[[str], str] | None = None  # the monitor's job-wide diagnosis
 
     def serve_with(self, service: Any, explain: Callable[[str], str]) -> None:
