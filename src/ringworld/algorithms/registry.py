@@ -101,13 +101,8 @@ ALGORITHMS: dict[str, dict[str, Algorithm]] = {c: {**REGISTRY[c], **_OTHER.get(c
                                                for c in REGISTRY}
 
 
-def algorithm(collective: str, name: str) -> Algorithm:
-    """The algorithm ``name`` of ``collective``.
-
-    Raises:
-        ValueError: unknown collective or algorithm (the message lists the valid names).
-    """
-    algos = REGISTRY.get(collective)
+def _find(table: dict[str, dict[str, Algorithm]], collective: str, name: str) -> Algorithm:
+    algos = table.get(collective)
     if algos is None:
         raise ValueError(f"unknown collective {collective!r}; one of {', '.join(COLLECTIVES)}")
     algo = algos.get(name)
@@ -115,6 +110,15 @@ def algorithm(collective: str, name: str) -> Algorithm:
         raise ValueError(f"algorithm={name!r} is not an algorithm of {collective}; choose one "
                          f"of {', '.join(algos)}")
     return algo
+
+
+def algorithm(collective: str, name: str) -> Algorithm:
+    """The schedule algorithm ``name`` of ``collective``.
+
+    Raises:
+        ValueError: unknown collective or algorithm (the message lists the valid names).
+    """
+    return _find(REGISTRY, collective, name)
 
 
 def lookup(collective: str, name: str) -> Algorithm:
@@ -123,14 +127,7 @@ def lookup(collective: str, name: str) -> Algorithm:
     Raises:
         ValueError: unknown collective or algorithm (the message lists the valid names).
     """
-    algos = ALGORITHMS.get(collective)
-    if algos is None:
-        raise ValueError(f"unknown collective {collective!r}; one of {', '.join(COLLECTIVES)}")
-    algo = algos.get(name)
-    if algo is None:
-        raise ValueError(f"algorithm={name!r} is not an algorithm of {collective}; choose one "
-                         f"of {', '.join(algos)}")
-    return algo
+    return _find(ALGORITHMS, collective, name)
 
 
 @lru_cache(maxsize=4096)

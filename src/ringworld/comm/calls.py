@@ -280,6 +280,7 @@ class CallChecks:
             text = (f"collective mismatch on {name}, call #{seq}: world rank {self.rank} "
                     f"called {mine}, but world rank {sender} called {other or unknown}")
             self.mismatched.setdefault(req.context, (seq, text))
+            self.unsurfaced.pop(req.context, None)  # this call raises it
             req._error = MismatchError(text)
             req._done = True
 
@@ -304,10 +305,12 @@ class CallChecks:
         name = self.comm_names.get(context, f"context {context}")
         text = (f"collective mismatch on {name}, call #{seq}: world rank {by} called {by_call},"
                 f" but world rank {sender} called {sender_call or 'another call'}")
+        first = context not in self.mismatched  # else known (and maybe raised) already
         self.mismatched.setdefault(context, (seq, text))
-        if not failed:  # no call of this rank waits in it: the next one raises, or exit does
-            self.unsurfaced.setdefault(context, text)
+        if not failed and first:  # no call of this rank waits in it: the next one raises,
+            self.unsurfaced.setdefault(context, text)  # or exit does
         if failed:
+            self.unsurfaced.pop(context, None)  # the calls waiting in it raise it
             posted[:] = [r for r in posted if r not in failed]
         for r in failed:
             at = r.tag & SEQ_MASK

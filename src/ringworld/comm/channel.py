@@ -327,6 +327,7 @@ class Channel:
         disagreed there (``text`` says how); this and every later collective call raises
         MismatchError showing it, on every path."""
         self._engine.mismatched.setdefault(self.coll_context, (seq, text))
+        self._engine.unsurfaced.pop(self.coll_context, None)  # the caller raises it
 
     def check_sequence(self, seq: int, sig: Any = None) -> None:
         """Raise if this communicator's collective sequence broke at call ``seq`` or before

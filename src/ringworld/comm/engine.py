@@ -252,6 +252,7 @@ class Engine(CallChecks):
         if self.mismatched and req.tag > SEQ_MASK and req.context in self.mismatched:
             seq, text = self.mismatched[req.context]
             if req.tag & SEQ_MASK >= seq:  # the sequence broke there: this call cannot match
+                self.unsurfaced.pop(req.context, None)  # it raises here
                 req._error = MismatchError(f"{text} (this rank now in call "
                                            f"#{req.tag & SEQ_MASK})")
                 req._done = True
