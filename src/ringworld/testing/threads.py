@@ -77,8 +77,17 @@ def run_threads(size: int, fn: Callable[..., T], *args: Any, timeout: float = 60
     engines = [Engine(r, size, [None if w == r else ends[r] for w in range(size)],
                       call_timeout, cpus=[1 if crowded else size]) for r in range(size)]
     store = MemoryStore()
-    monitors = [Monitor.attach(e, lambda: PrefixStore("job", store), liveness_timeout)
-                for e in engines] if size > 1 and liveness_timeout > 0 else []
+    monitors: list[Monitor] = []
+    try:
+        for e in engines if size > 1 and liveness_timeout > 0 else []:
+            monitors.append(Monitor.attach(e, lambda: PrefixStore("job", store),
+                                           liveness_timeout))
+    except BaseException:  # nothing started is left running
+        for m in monitors:
+            m.stop(exiting=True)
+        for e in engines:
+            e.close()
+        raise
     selector = Selector(constants.DEFAULTS, tuple(algorithms))
     results: list[Any] = [None] * size
     failures: dict[int, BaseException] = {}
