@@ -66,6 +66,8 @@ def run_threads(size: int, fn: Callable[..., T], *args: Any, timeout: float = 60
             (PeerFailure, CommBroken) is reported, with its traceback.
         TimeoutError: ranks were still running after ``timeout`` s (they are then failed, so
             their threads end).
+        MismatchError: every rank returned, but the exit check found a collective message
+            that no call took (ranks disagreed on a call that left none of them waiting).
     Cost: one thread per rank; the ranks take turns on the interpreter lock.
     """
     if size < 1:
