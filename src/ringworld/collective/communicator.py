@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any, Self
 from ringworld._lazy import LazyModule
 from ringworld.algorithms.registry import HIERARCHICAL, SHM
 from ringworld.algorithms.schedule import Spec
+from ringworld.collective.core import OpLike
+from ringworld.collective.management import CommManagement
 from ringworld.collective.markers import IN_PLACE, UNDEFINED
 from ringworld.comm import ops
 from ringworld.comm.ops import Op
@@ -42,8 +44,6 @@ else:  # imported on the first collective call: init() and point-to-point never 
     shm = LazyModule("ringworld.algorithms.shm_collectives", globals(), "shm")
     bufs = LazyModule("ringworld.collective.buffers", globals(), "bufs")
 
-from ringworld.collective.core import OpLike
-from ringworld.collective.management import CommManagement
 
 __all__ = ["IN_PLACE", "UNDEFINED", "Communicator"]
 

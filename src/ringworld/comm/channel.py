@@ -49,13 +49,13 @@ class Channel:
     collective context id. Cost: none until used.
     """
 
-    def __init__(self, engine: Engine, ranks: Sequence[int], coll_context: int, name: str,
-                 rank: int) -> None:
+    def __init__(self, engine: Engine, ranks: Sequence[int], coll_context: int,
+                 name: str) -> None:
         self._engine = engine
         self._ranks = tuple(ranks)
         self._identity = self._ranks == tuple(range(engine.size))
         self._to_comm_map = {w: i for i, w in enumerate(self._ranks)}
-        self.rank = rank
+        self.rank = self._to_comm_map.get(engine.rank, -1)  # -1: this rank is no member
         self.size = len(self._ranks)
         self.coll_context = coll_context
         self.name = name
@@ -66,6 +66,7 @@ class Channel:
         self._closers: dict[str, weakref.finalize[Any, Any]] = {}  # window key -> its closer
 
     def _to_comm(self, world_rank: int) -> int:
+        """The communicator rank of ``world_rank`` (-1 if it is no member)."""
         return world_rank if self._identity else self._to_comm_map.get(world_rank, -1)
 
     @property

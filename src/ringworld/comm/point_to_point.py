@@ -94,26 +94,23 @@ class PointToPoint:
                  name: str = "") -> None:
         self._engine = engine
         self._ranks = tuple(ranks)   # communicator rank -> world rank
-        self._identity = self._ranks == tuple(range(engine.size))
-        self._to_comm_map = {w: i for i, w in enumerate(self._ranks)}
-        if engine.rank not in self._to_comm_map:
-            raise ValueError(f"world rank {engine.rank} is not a member of ranks={ranks}")
-        self.rank = self._to_comm_map[engine.rank]
         self.size = len(self._ranks)
         self.context = context
         self.coll_context = context + 1
         self.name = name or f"comm{context // 2}"
+        # what collective algorithms use of this communicator (see comm.channel); it also
+        # holds the world -> communicator rank map, shared with the point-to-point calls
+        self._chan = Channel(engine, self._ranks, self.coll_context, self.name)
+        if self._chan.rank < 0:
+            raise ValueError(f"world rank {engine.rank} is not a member of ranks={ranks}")
+        self.rank = self._chan.rank
+        self._to_comm = self._chan._to_comm
         engine.comm_names[self.coll_context] = self.name
-        # what collective algorithms use of this communicator (see comm.channel)
-        self._chan = Channel(engine, self._ranks, self.coll_context, self.name, self.rank)
 
     def __repr__(self) -> str:
         return f"<Communicator {self.name} rank {self.rank} of {self.size}>"
 
     # ------------------------------------------------------------------ helpers
-    def _to_comm(self, world_rank: int) -> int:
-        return world_rank if self._identity else self._to_comm_map.get(world_rank, -1)
-
     def _world(self, rank: int, name: str) -> int:
         if type(rank) is int and 0 <= rank < self.size:
             return self._ranks[rank]
