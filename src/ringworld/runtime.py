@@ -14,8 +14,9 @@ import socket
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
+from ringworld import backends as _backends
 from ringworld import config as _config
 from ringworld.collective.communicator import Communicator
 from ringworld.comm.engine import WORLD_CONTEXT, Engine, usable_cpus
@@ -181,8 +182,9 @@ def init(*, transport: str | None = None, timeout: float | None = None,
             raise ValueError(f"transport={transport!r} must be one of {_config.TRANSPORTS}")
         if timeout is not None and not timeout > 0:  # also NaN
             raise ValueError(f"timeout={timeout!r} must be positive or None")
-        if _config.backend_from_env(backend) == "mpi":
-            _world = _init_mpi(timeout)
+        name = _config.backend_from_env(backend)
+        if name != "native":
+            _world = _start_backend(name, timeout)
             atexit.register(_finalize_at_exit)
             return _world
         cfg = _config.from_env()
@@ -220,13 +222,12 @@ def init(*, transport: str | None = None, timeout: float | None = None,
         return _world
 
 
-def _init_mpi(timeout: float | None) -> Communicator:
-    """The world communicator of the MPI backend (rank and size come from MPI)."""
-    from ringworld.backends.mpi import init_world
-
+def _start_backend(name: str, timeout: float | None) -> Communicator:
+    """The world communicator of backend ``name`` (rank and size come from the backend; it
+    provides the native Communicator's interface, see :mod:`ringworld.backends`)."""
     cfg = _config.from_env(detect_launcher=False)
-    world_comm = init_world(timeout if timeout is not None else cfg.timeout, expect_size=cfg.size)
-    return cast(Communicator, world_comm)  # the same methods (see ringworld.backends.mpi)
+    return _backends.start_world(name, timeout if timeout is not None else cfg.timeout,
+                                 expect_size=cfg.size)
 
 
 def _rendezvous(cfg: _config.Config) -> tuple[Store, _config.Config]:

@@ -90,6 +90,18 @@ def test_importing_ringworld_never_imports_mpi4py() -> None:
     assert res.stdout.strip() == "False"
 
 
+def test_the_registry_names_every_backend_and_imports_none_until_asked() -> None:
+    from ringworld import backends, config
+
+    assert set(backends.BACKENDS) == set(config.BACKENDS) - {"native"}
+    with pytest.raises(ValueError, match="backend='nccl'"):
+        backends.start_world("nccl", None, expect_size=1)
+    res = _run_here("import sys, ringworld, ringworld.runtime; "
+                    "print(sorted(m for m in sys.modules if m.startswith('ringworld.backends')))")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "['ringworld.backends']"
+
+
 def test_missing_mpi4py_is_a_clear_config_error(tmp_path: Path) -> None:
     # a stand-in mpi4py package that fails to import, whatever this environment has
     (tmp_path / "mpi4py").mkdir()

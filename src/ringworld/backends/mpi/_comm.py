@@ -34,7 +34,9 @@ def _unpickle(data: Any, _: Status) -> Any:
 
 @translating
 class MpiComm(Collectives):
-    """A Ringworld communicator whose every call is an mpi4py call (see the package doc)."""
+    """A Ringworld communicator whose every call is an mpi4py call (see the package doc): it
+    provides the native :class:`~ringworld.Communicator`'s interface, which
+    :func:`ringworld.backends.start_world` declares it returns."""
 
     def __init__(self, comm: Any, poller: Poller, name: str, predefined: bool = False) -> None:
         super().__init__(comm, poller, name, predefined)
