@@ -19,9 +19,9 @@ reflected back as the other's. The secret never crosses the wire. This authentic
 it does not encrypt or protect the stream against an on-path attacker (see docs/architecture.md).
 
 The pieces come in three forms: sans-IO (:class:`Challenge`, :func:`answer_challenge`,
-:func:`check_proof`; the fuzz tests drive these), blocking (:func:`accept_handshake`,
-:func:`connect_handshake`) and non-blocking for servers that must never wait on one client
-(:class:`AcceptHandshake`).
+:func:`check_proof`; the fuzz tests drive these), blocking for the connector
+(:func:`connect_handshake`) and non-blocking for the acceptor, a server that must never wait on
+one client (:class:`AcceptHandshake`).
 """
 
 from __future__ import annotations
@@ -150,27 +150,6 @@ def check_proof(proof: bytes, expected: bytes) -> None:
 
 
 # --------------------------------------------------------------------- blocking forms
-
-
-def accept_handshake(sock: socket.socket, secret: bytes) -> None:
-    """Authenticate a freshly accepted blocking connection (the acceptor's side).
-
-    Raises:
-        AuthenticationError: the peer did not prove knowledge of ``secret`` or hung up.
-        OSError: the socket failed (including a socket timeout).
-    """
-    challenge = Challenge(secret)
-    sock.sendall(challenge.hello)
-    try:
-        reply = recv_exact(sock, REPLY_BYTES, "connection closed during authentication")
-    except ConnectionResetError as exc:
-        raise AuthenticationError(str(exc)) from exc
-    try:
-        proof = challenge.verify(reply)
-    except AuthenticationError:
-        _send_reject(sock, reply)
-        raise
-    sock.sendall(proof)
 
 
 def connect_handshake(sock: socket.socket, secret: bytes) -> None:

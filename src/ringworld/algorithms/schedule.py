@@ -71,9 +71,6 @@ class Schedule(NamedTuple):
     tmp: int = 0
 
 
-EMPTY = Schedule(())
-
-
 def copy(dbuf: int, dstart: int, count: int, sbuf: int, sstart: int) -> Local:
     """A local copy of ``count`` elements."""
     return Local(COPY, dbuf, dstart, count, sbuf, sstart, True)
@@ -155,24 +152,6 @@ def pipeline(parts: Sequence[Schedule]) -> Schedule:
                 locs.extend(s.locals)
         merged.append(Step(tuple(recvs), tuple(sends), tuple(locs)))
     return schedule(merged, max((p.tmp for p in parts), default=0))
-
-
-def shift(sched: Schedule, buf: int, offset: int) -> Schedule:
-    """``sched`` with every slice of buffer ``buf`` moved by ``offset`` elements."""
-    def mx(x: Xfer) -> Xfer:
-        return x._replace(start=x.start + offset) if x.buf == buf else x
-
-    def ml(op: Local) -> Local:
-        if op.dbuf == buf:
-            op = op._replace(dstart=op.dstart + offset)
-        if op.sbuf == buf:
-            op = op._replace(sstart=op.sstart + offset)
-        if op.obuf == buf:
-            op = op._replace(ostart=op.ostart + offset)
-        return op
-
-    return Schedule(tuple(Step(tuple(map(mx, s.recvs)), tuple(map(mx, s.sends)),
-                               tuple(map(ml, s.locals))) for s in sched.steps), sched.tmp)
 
 
 def segmented(count: int, segment: int) -> tuple[tuple[int, int], ...]:

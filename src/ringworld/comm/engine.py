@@ -155,12 +155,6 @@ class Engine(CallChecks):
         self.recv_spin = RECV_SPIN_CROWDED if self.crowded else RECV_SPIN
 
     # ------------------------------------------------------------------ contexts
-    def new_context(self) -> int:
-        """Allocate a fresh pair of context ids (point-to-point, collective); local, no traffic."""
-        c = self._next_context
-        self._next_context += 2
-        return c
-
     @property
     def next_context(self) -> int:
         """The lowest context id this rank has not used yet."""
@@ -643,13 +637,6 @@ class Engine(CallChecks):
             return False
         self.check_peers()
         return True
-
-    def depends_on_any_of(self, ranks: Collection[int]) -> Callable[[Collection[int]], int | None]:
-        """A ``depends`` function for operations that need every rank in ``ranks``."""
-        def dep(dead: Collection[int]) -> int | None:
-            hit = [r for r in ranks if r in dead]
-            return min(hit) if hit else None
-        return dep
 
     # ------------------------------------------------------------------ failure
     def revoke(self, contexts: Sequence[int], why: CommRevoked) -> None:

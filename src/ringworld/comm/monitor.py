@@ -58,7 +58,6 @@ from ringworld.store.records import (
 
 WATCHERS = 3            # ranks each rank watches (the next ones in rank order)
 TICK = 0.25             # seconds between looks for failures and revocations found elsewhere
-DEFAULT_LIVENESS = 20.0  # seconds without a heartbeat before a rank is declared failed
 
 
 def _process_state(pid: int) -> tuple[str, int] | None:
@@ -439,11 +438,6 @@ class Monitor:
         store = self._require_store()
         i = store.add(f"{PREFIX}mismatch/count", 1)
         store.set(f"{PREFIX}mismatch/{i}", json.dumps(record).encode())
-
-    def has_exited(self, rank: int) -> bool:
-        """Whether ``rank`` told the job it left (finalize, also run at exit). False when
-        the store cannot say. Cost: one store round trip (0.5 s bound)."""
-        return self.exit_info(rank) is not None
 
     def exit_info(self, rank: int) -> dict[str, Any] | None:
         """What ``rank`` said as it left the job ({"exited": True} and, if an exception ended

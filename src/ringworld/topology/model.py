@@ -219,7 +219,6 @@ class Topology:
 
 # ------------------------------------------------------------------------------------- JSON
 _DEVICE_FIELDS = [f.name for f in fields(Device)]
-_LINK_FIELDS = [f.name for f in fields(Link)]
 
 
 def to_json(topo: Topology) -> dict[str, Any]:

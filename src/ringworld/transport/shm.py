@@ -743,11 +743,6 @@ class ShmTransport(Transport):
         p.dead = True
         raise PeerFailure(p.rank, f"process {p.pid} exited")
 
-    def peer_failed(self, rank: int) -> bool:
-        """Whether ``rank`` is known to have exited."""
-        p = self._peers[rank]
-        return p is not None and p.dead
-
     def close(self) -> None:
         if self._closed:
             return

@@ -24,7 +24,6 @@ mpi4py is optional: ``import ringworld`` (and this package) never imports it; on
 
 from __future__ import annotations
 
-import importlib.util
 from typing import TYPE_CHECKING
 
 from ringworld.errors import ConfigError
@@ -32,12 +31,7 @@ from ringworld.errors import ConfigError
 if TYPE_CHECKING:
     from ringworld.backends.mpi._comm import MpiComm
 
-__all__ = ["available", "init_world"]
-
-
-def available() -> bool:
-    """Whether mpi4py can be imported (does not import it; does not check the MPI library)."""
-    return importlib.util.find_spec("mpi4py") is not None
+__all__ = ["init_world"]
 
 
 def init_world(timeout: float | None = None, *, expect_size: int = 1) -> MpiComm:
