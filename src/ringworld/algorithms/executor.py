@@ -4,17 +4,18 @@ A :class:`CollectiveRequest` is a small state machine over a :class:`Schedule`: 
 step's receives and sends through the communicator's collective surface (``coll_irecv`` /
 ``coll_isend``, tagged with the collective's sequence number), and when they have all completed
 runs the step's local copies and reductions (numpy, in place) and starts the next step. Blocking
-collectives start one and wait for it; nonblocking ones return it. While unfinished it is
-registered with the engine, so every progress call on this rank (any wait, any test) advances
-it: a rank blocked elsewhere still forwards what its peers need.
+collectives start one and run it to the end (``run_inline``); nonblocking ones return it. While
+unfinished a nonblocking one is registered with the channel, so every progress call on this
+rank (any wait, any test) advances it: a rank blocked elsewhere still forwards what its peers
+need.
 
-Algorithms never see transports: only this module calls the communicator, and only through
-those four methods.
+Algorithms never see transports, nor the engine: this module uses only the public surface of
+the communicator's :class:`~ringworld.comm.channel.Channel` (those four methods, the call's
+number and checks, its registration, the waits) and of the requests it returns.
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -22,7 +23,7 @@ import numpy as np
 
 from ringworld.algorithms.schedule import COPY, Schedule
 from ringworld.comm.ops import Op
-from ringworld.comm.requests import SEQ_MASK, SIG_SHIFT, RecvRequest, Request
+from ringworld.comm.requests import SEQ_MASK, RecvRequest, Request, raise_first_error
 from ringworld.errors import CommBroken, CommRevoked, MismatchError, PeerFailure
 
 if TYPE_CHECKING:
@@ -79,20 +80,16 @@ class CollectiveRequest(Request[T]):
                  op: Op | None, what: str | tuple[str, str], scratch: Scratch | None = None,
                  finish: Callable[[], T] | None = None, *, inline: bool = False,
                  sig: int = 0) -> None:
-        super().__init__(comm._engine)
+        comm.init_request(self)  # Request.__init__, on the communicator's rank
         self._comm = comm
         self._steps = sched.steps
         self._op = op
         self._finish = finish
         self.what = what
         # the call's signature rides in the tag's high bits: the engine fails a receive whose
-        # peer sent the same sequence number with another signature (MismatchError)
-        self._tag = comm.next_seq() | (sig << SIG_SHIFT)
-        engine = comm._engine
-        if sig:
-            engine.note_call(comm.coll_context, self._tag)
-        if engine.mismatched or engine.remote_mismatches:  # broke earlier: fail before sending
-            engine.check_mismatched(comm.coll_context, self._tag & SEQ_MASK)
+        # peer sent the same sequence number with another signature (MismatchError); raises
+        # before anything is sent if the sequence broke earlier
+        self._tag = comm.begin_call(sig)
         arrs = list(arrays)
         while len(arrs) < 3:
             arrs.append(_NO_DATA)
@@ -114,8 +111,7 @@ class CollectiveRequest(Request[T]):
             if self._steps:
                 self._start()
             if not inline and not self._advance():
-                self._engine.background.append(self._poll)
-                self._engine.open_calls[comm.coll_context].add(self._tag & SEQ_MASK)
+                comm.register_call(self._tag, self._poll)
                 self._registered = True
         except BaseException as exc:  # the call has its number: fail it as any step's failure
             self._fail(exc)  # (its peers' messages may still come, and are no strays)
@@ -178,9 +174,7 @@ class CollectiveRequest(Request[T]):
             for r in pending:
                 if not r.done:
                     return False
-            for r in pending:
-                if r._error is not None:
-                    raise r._error
+            raise_first_error(pending)
             pending.clear()
             if self._i < len(self._steps):
                 self._run_locals()
@@ -191,9 +185,7 @@ class CollectiveRequest(Request[T]):
             self._start()
 
     def _complete(self) -> None:
-        engine = self._engine
-        if engine.strays or engine.mismatched:  # found meanwhile: this call may be broken too
-            engine.check_mismatched(self._comm.coll_context, self._tag & SEQ_MASK)
+        self._comm.check_completed(self._tag)  # a stray found meanwhile: this call broke too?
         self._release()
         if self._finish is not None:
             self._result = self._finish()
@@ -205,13 +197,11 @@ class CollectiveRequest(Request[T]):
             self._scratch = None
         if self._registered:
             self._registered = False
-            with contextlib.suppress(ValueError):
-                self._engine.background.remove(self._poll)
-            if self._error is None:
-                self._engine.open_calls[self._comm.coll_context].discard(self._tag & SEQ_MASK)
+            self._comm.unregister_call(self._tag, self._poll, self._error is None)
 
     def _poll(self) -> None:
-        """Advance from the engine's progress loop; errors are kept for ``wait``."""
+        """Advance from this rank's progress calls (see ``register_call``); errors are kept for
+        ``wait``."""
         try:
             self._advance()
         except Exception as exc:
@@ -221,18 +211,18 @@ class CollectiveRequest(Request[T]):
         if isinstance(exc, PeerFailure):
             # the rank left without doing its part: every member must learn it, also those
             # waiting on other ranks (a rank leaving with status 0 is no failure to the launcher)
-            self._engine.report_failure(exc)
+            self._comm.report_failure(exc)
         elif not (isinstance(exc, MismatchError | CommRevoked | CommBroken)
                   or getattr(exc, "from_left", False)):
             # members waiting for this rank's part would wait for good (or for their timeout):
             # they fail with this error instead (a mismatch, a revocation or a failed peer
             # reaches them anyway)
-            self._engine.report_left(self._comm.coll_context, self._tag & SEQ_MASK,
-                                     f"{self._name()} with {type(exc).__name__}: {exc}"[:400])
+            self._comm.report_left(self._tag,
+                                   f"{self._name()} with {type(exc).__name__}: {exc}"[:400])
         self._error = exc
         self._finished = True
         # given up here: messages of this call may still come, and are no strays (see Engine)
-        self._engine.open_calls[self._comm.coll_context].add(self._tag & SEQ_MASK)
+        self._comm.abandon_call(self._tag)
         for r in self._pending:
             r.cancel()
         self._release()
@@ -240,14 +230,14 @@ class CollectiveRequest(Request[T]):
     def run_inline(self, timeout: float | None) -> T:
         """Drive the schedule to the end from this call (blocking collectives).
 
-        Not registered with the engine: nothing else needs to advance it. A step waiting for
+        Not registered with the channel: nothing else needs to advance it. A step waiting for
         one receive spins on the transport first, like a blocking receive. ``timeout`` bounds
         each step's wait.
 
         Raises:
             As :meth:`wait`.
         """
-        engine = self._engine
+        comm = self._comm
         steps = self._steps
         pending = self._pending
         try:
@@ -255,20 +245,14 @@ class CollectiveRequest(Request[T]):
                 if pending:
                     first = pending[0]
                     if len(pending) == 1 and isinstance(first, RecvRequest):
-                        if not first._done:
-                            engine.spin(first, engine.recv_spin)
-                            if not first._done:
-                                engine.wait_for(self._step_done, timeout, self.describe,
-                                                self.depends)
-                        if first._error is not None:
-                            raise first._error
+                        # spins on the transport first; raises the receive's error
+                        comm.wait_recv(first, self._step_done, timeout, self.describe,
+                                       self.depends)
                     else:
                         if not self._step_done():
-                            engine.wait_for(self._step_done, timeout, self.describe,
-                                            self.depends)
-                        for r in pending:
-                            if r._error is not None:
-                                raise r._error
+                            comm.progress_until(self._step_done, timeout, self.describe,
+                                                self.depends)
+                        raise_first_error(pending)
                     pending.clear()
                 self._run_locals()
                 self._i += 1
@@ -284,12 +268,8 @@ class CollectiveRequest(Request[T]):
         if all(r.done for r in self._pending):
             return True
         # sends may wait for receivers that never come: fail if the communicator's collective
-        # sequence broke at this call or before
-        engine = self._engine
-        if engine.mismatched or engine.remote_mismatches:
-            engine.check_mismatched(self._comm.coll_context, self._tag & SEQ_MASK)
-        if engine.left_calls or engine.remote_left:  # a rank whose part is missing left
-            engine.check_left(self._comm.coll_context, self._tag & SEQ_MASK)
+        # sequence broke at this call or before, or a rank whose part is missing left it
+        self._comm.check_call(self._tag)
         return False
 
     # ------------------------------------------------------------------ Request API
@@ -326,9 +306,8 @@ class CollectiveRequest(Request[T]):
         return what
 
     def describe(self) -> str:
-        waiting = sorted({getattr(r, "source", getattr(r, "_dest", -1)) for r in self._pending
-                          if not r.done})
-        who = ", ".join(str(self._comm._to_comm(w)) for w in waiting if w >= 0)
+        waiting = sorted({r.peer for r in self._pending if not r.done})
+        who = ", ".join(str(self._comm.to_comm(w)) for w in waiting if w >= 0)
         return (f"{self._name()} #{self._tag & SEQ_MASK} on {self._comm.name} (rank "
                 f"{self._comm.rank} of {self._comm.size}), step {self._i + 1} of {len(self._steps)}"
                 + (f", waiting for rank(s) {who}" if who else ""))
@@ -342,12 +321,11 @@ class CollectiveRequest(Request[T]):
         """
         # later steps are checked once they start, when what the dead peer sent before it
         # exited has been matched already
-        need = {getattr(r, "source", getattr(r, "_dest", -1)) for r in self._pending
-                if not r.done}
-        failed = self._engine.reported  # hung, or reported failed by the launcher
-        if failed:  # the collective never ends without them; name them, the root cause
-            hit = [w for w in self._comm.world_ranks if w in failed]
-            if hit:
-                return min(hit)
+        need = {r.peer for r in self._pending if not r.done}
+        # hung, or reported failed by the launcher: the collective never ends without them;
+        # name them, the root cause
+        failed = self._comm.first_reported()
+        if failed is not None:
+            return failed
         hit = [w for w in need if w in dead]
         return min(hit) if hit else None

@@ -2,15 +2,20 @@
 
 A :class:`Channel` is what the executor (schedules over messages) and the shared-memory arena
 (windows) use of a communicator, and all they use: sends and receives on the collective
-context (buffers, values, encoded values), the call numbers (``next_seq``) and the checks of a
-broken sequence, waiting on a flag in shared memory while messages keep moving, shared windows
-and single-copy peer reads and writes, and the description of a call in progress for the
-monitor. The user's :class:`~ringworld.comm.point_to_point.PointToPoint` (and the full
-Communicator on it) owns one as ``_chan``; none of this is on the user's communicator.
+context (buffers, values, encoded values), the call numbers (``next_seq``, ``begin_call``) and
+the checks of a broken sequence, the bookkeeping of a call in progress (registered to advance
+from every progress call, reported when left with an error), waiting on a step's messages or
+on a flag in shared memory while messages keep moving, shared windows and single-copy peer
+reads and writes, and the description of a call in progress for the monitor. The algorithms
+never hold the engine, nor touch a private attribute of these objects
+(``tests/architecture/test_algorithms_surface.py`` checks it). The user's
+:class:`~ringworld.comm.point_to_point.PointToPoint` (and the full Communicator on it) owns one
+as ``_chan``; none of this is on the user's communicator.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import pickle
@@ -31,7 +36,7 @@ from ringworld.comm.requests import (
     SendRequest,
     check_timeout,
 )
-from ringworld.errors import TransportError
+from ringworld.errors import PeerFailure, TransportError
 from ringworld.transport.base import Transport
 
 SHM_SPIN_POLLS = 2000      # flag checks before sleeping
@@ -65,7 +70,7 @@ class Channel:
         self._wt_known = False
         self._closers: dict[str, weakref.finalize[Any, Any]] = {}  # window key -> its closer
 
-    def _to_comm(self, world_rank: int) -> int:
+    def to_comm(self, world_rank: int) -> int:
         """The communicator rank of ``world_rank`` (-1 if it is no member)."""
         return world_rank if self._identity else self._to_comm_map.get(world_rank, -1)
 
@@ -93,7 +98,7 @@ class Channel:
     def coll_irecv(self, view: memoryview, source: int, tag: int) -> BufferRecvRequest:
         """Post a receive into ``view`` from rank ``source`` on the collective context."""
         req = BufferRecvRequest(self._engine, self.coll_context, self._ranks[source], tag, view,
-                                self._to_comm)
+                                self.to_comm)
         self._engine.post(req)
         return req
 
@@ -108,7 +113,7 @@ class Channel:
     def coll_irecv_obj(self, source: int, tag: int) -> Request[Any]:
         """Post a receive of a value from rank ``source`` on the collective context."""
         req = ObjectRecvRequest(self._engine, self.coll_context, self._ranks[source], tag, None,
-                                self._to_comm)
+                                self.to_comm)
         self._engine.post(req)
         return req
 
@@ -123,7 +128,7 @@ class Channel:
     def coll_irecv_raw(self, source: int, tag: int) -> RawRecvRequest:
         """Post a receive of an encoded value; ``wait()`` returns (flags, payload)."""
         req = RawRecvRequest(self._engine, self.coll_context, self._ranks[source], tag, None,
-                             self._to_comm)
+                             self.to_comm)
         self._engine.post(req)
         return req
 
@@ -314,6 +319,144 @@ class Channel:
         e.entered[self.coll_context] = seq  # for the monitor: who entered which collective
         e.current = (self.coll_context, seq, self.name, self._ranks)
         return seq
+
+    # ------------------------------------------------- a collective call's bookkeeping
+    def init_request(self, req: Request[Any]) -> None:
+        """Set up the :class:`Request` part of ``req``, a request an algorithm defines (the
+        executor's), in place of ``super().__init__``: its ``wait`` and ``test`` then make
+        progress on this rank. (The algorithms never hold the engine.)"""
+        Request.__init__(req, self._engine)
+
+    def begin_call(self, sig: int = 0) -> int:
+        """Take this rank's next collective call number on this communicator (as
+        :meth:`next_seq`); return the call's tag, ``number | sig << SIG_SHIFT``.
+
+        ``sig`` is the call's 16-bit signature (0: unsigned). It rides in the tag's high bits:
+        the engine fails a receive whose peer sent the same number with another signature, and
+        a signed call is noted as this rank's current one, so that a message of it queued with
+        another signature is found too (a root that only sends). Cost: as :meth:`next_seq`,
+        plus two dict lookups when signed.
+
+        Raises:
+            MismatchError: the sequence broke at an earlier call (raised before anything of
+                this call is sent).
+        """
+        seq = self._coll_seq  # next_seq, inlined: once per collective call
+        self._coll_seq = (seq + 1) & TAG_UB
+        e = self._engine
+        ctx = self.coll_context
+        e.entered[ctx] = seq
+        e.current = (ctx, seq, self.name, self._ranks)
+        tag = seq | (sig << SIG_SHIFT)
+        if sig:
+            e.note_call(ctx, tag)
+        if e.mismatched or e.remote_mismatches:  # broke earlier: fail before sending
+            e.check_mismatched(ctx, seq)
+        return tag
+
+    def check_call(self, tag: int) -> None:
+        """Raise if call ``tag`` (from :meth:`begin_call`) cannot complete: the sequence broke
+        at it or before, or a member left it with an error. For a call waiting on its messages
+        (its sends may wait for receivers that never come). Cost: four attribute tests.
+
+        Raises:
+            MismatchError: the sequence broke at this call or before.
+            CommBroken: a member left this call with an error (ValueError / TypeError: a root
+                refused the call's arguments).
+        """
+        e = self._engine
+        if e.mismatched or e.remote_mismatches:
+            e.check_mismatched(self.coll_context, tag & SEQ_MASK)
+        if e.left_calls or e.remote_left:
+            e.check_left(self.coll_context, tag & SEQ_MASK)
+
+    def check_completed(self, tag: int) -> None:
+        """Raise if call ``tag``, whose messages have all arrived, was found broken meanwhile
+        (a stray message noted while it ran, or a mismatch on this rank).
+
+        Raises:
+            MismatchError: as above.
+        """
+        e = self._engine
+        if e.strays or e.mismatched:
+            e.check_mismatched(self.coll_context, tag & SEQ_MASK)
+
+    def register_call(self, tag: int, poll: Callable[[], object]) -> None:
+        """Run ``poll`` from every progress call on this rank (any wait, any test) until
+        :meth:`unregister_call`: it advances call ``tag``, a nonblocking collective in progress,
+        whose messages are expected meanwhile (they are no strays)."""
+        e = self._engine
+        e.background.append(poll)
+        e.open_calls[self.coll_context].add(tag & SEQ_MASK)
+
+    def unregister_call(self, tag: int, poll: Callable[[], object], completed: bool) -> None:
+        """Undo :meth:`register_call`. ``completed`` false: the call failed here, and its
+        messages that may still come stay expected (see :meth:`abandon_call`)."""
+        e = self._engine
+        with contextlib.suppress(ValueError):
+            e.background.remove(poll)
+        if completed:
+            e.open_calls[self.coll_context].discard(tag & SEQ_MASK)
+
+    def abandon_call(self, tag: int) -> None:
+        """Note that this rank gave up call ``tag``: its messages may still come, and are
+        taken and dropped as expected, not found as strays (a mismatch)."""
+        self._engine.open_calls[self.coll_context].add(tag & SEQ_MASK)
+
+    def report_left(self, tag: int, text: str) -> None:
+        """Tell every rank that this rank left call ``tag`` with an error (``text``: "the
+        call with the error"): members waiting in it for this rank's part fail instead of
+        waiting. Best effort (without a monitor they wait for their timeout)."""
+        self._engine.report_left(self.coll_context, tag & SEQ_MASK, text)
+
+    def report_failure(self, exc: PeerFailure) -> None:
+        """Tell every rank that world rank ``exc.rank`` failed a collective: it left without
+        doing its part. Once per rank; best effort."""
+        self._engine.report_failure(exc)
+
+    def first_reported(self) -> int | None:
+        """The lowest world rank of this communicator reported failed (hung, or by the
+        launcher), or None: a collective never ends without it."""
+        failed = self._engine.reported
+        if failed:
+            hit = [w for w in self._ranks if w in failed]
+            if hit:
+                return min(hit)
+        return None
+
+    def progress_until(self, cond: Callable[[], bool], timeout: float | None,
+                       describe: Callable[[], str],
+                       depends: Callable[[Collection[int]], int | None]) -> None:
+        """Make progress until ``cond()`` holds (which may raise to end the wait).
+
+        ``timeout`` None: the job's. ``depends(dead_world_ranks)`` names a dead rank the wait
+        needs (then it fails), or None.
+
+        Raises:
+            Timeout: ``cond`` did not hold in time; the text is ``describe()``.
+            PeerFailure: a rank the wait depends on has exited.
+            CommBroken: the engine failed.
+        """
+        self._engine.wait_for(cond, timeout, describe, depends)
+
+    def wait_recv(self, req: RecvRequest[Any], cond: Callable[[], bool], timeout: float | None,
+                  describe: Callable[[], str],
+                  depends: Callable[[Collection[int]], int | None]) -> None:
+        """Wait for ``req``, the only transfer of a schedule's step, as a blocking receive
+        waits: spin on the transport first (no clock reads: the latency-critical case), then
+        :meth:`progress_until` ``cond()`` (the step is done; it may raise: the call broke).
+
+        Raises:
+            As :meth:`progress_until`, and the receive's own error (a TruncationError, a
+            MismatchError...).
+        """
+        if not req._done:
+            e = self._engine
+            e.spin(req, e.recv_spin)
+            if not req._done:
+                e.wait_for(cond, timeout, describe, depends)
+        if req._error is not None:
+            raise req._error
 
     def describe_calls(self, describe: Callable[[], Callable[[], tuple[int, str] | None] | None]
                        ) -> None:

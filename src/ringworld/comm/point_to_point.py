@@ -104,7 +104,7 @@ class PointToPoint:
         if self._chan.rank < 0:
             raise ValueError(f"world rank {engine.rank} is not a member of ranks={ranks}")
         self.rank = self._chan.rank
-        self._to_comm = self._chan._to_comm
+        self._to_comm = self._chan.to_comm
         engine.comm_names[self.coll_context] = self.name
 
     def __repr__(self) -> str:

@@ -7,7 +7,7 @@ operation's result; ``test`` makes progress once and says whether it completed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
 from ringworld.errors import TruncationError
@@ -81,6 +81,11 @@ class Request(Generic[T]):
         """A short description for timeout and failure messages."""
         return type(self).__name__
 
+    @property
+    def peer(self) -> int:
+        """The world rank this operation sends to or receives from (-1: any, or none)."""
+        return -1
+
     def depends(self, dead: Collection[int]) -> int | None:
         """A dead world rank this operation cannot complete without, or None."""
         return None
@@ -153,6 +158,10 @@ class SendRequest(Request[None]):
 
     def describe(self) -> str:
         return f"send to rank {self._dest}"
+
+    @property
+    def peer(self) -> int:
+        return self._dest
 
     def depends(self, dead: Collection[int]) -> int | None:
         return self._dest if self._dest in dead else None
@@ -236,6 +245,10 @@ class RecvRequest(Request[T]):
                else f"tag {self.tag & SEQ_MASK}")
         return f"receive from {src} with {tag}"
 
+    @property
+    def peer(self) -> int:
+        return self.source  # ANY_SOURCE is -1
+
     def depends(self, dead: Collection[int]) -> int | None:
         if self.source != ANY_SOURCE:
             return self.source if self.source in dead else None
@@ -307,6 +320,17 @@ def _first_dependency(requests: Sequence[Request[Any]], dead: Collection[int]) -
             if rank is not None:
                 return rank
     return None
+
+
+def raise_first_error(requests: Iterable[Request[Any]]) -> None:
+    """Raise the error of the first of ``requests`` (completed ones) that failed, if any.
+
+    Raises:
+        That request's error.
+    """
+    for r in requests:
+        if r._error is not None:
+            raise r._error
 
 
 def check_timeout(timeout: float) -> float:
