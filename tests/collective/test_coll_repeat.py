@@ -158,7 +158,7 @@ def _others(comm: ringworld.Communicator) -> list[str]:
     # too)
     if p > 1 and bcast_algo != "shm":
         errors.append(f"small bcast ran {bcast_algo}, not shm")
-    kept = sorted(comm._repeat) if p > 1 else []
+    kept = sorted(comm._cache.last) if p > 1 else []
     want_kept = ["allgather", "alltoall", "bcast", "reduce_scatter_block"]
     if p > 1 and kept != want_kept:
         errors.append(f"calls kept for repeating: {kept}, expected {want_kept}")
@@ -199,6 +199,47 @@ def _others(comm: ringworld.Communicator) -> list[str]:
     errors += _freed_dup_refuses(comm, "allgather", np.arange(n) + r,
                                  np.empty(p * n, dtype=np.int64))
     return errors
+
+
+def _fresh(comm: ringworld.Communicator) -> list[str]:
+    """New arrays every call, of shapes seen before: they take the kept shape's short path, and
+    a change of op, root, dtype or shape (or a strided or read-only array) is not taken for
+    the kept one."""
+    p, r = comm.size, comm.rank
+    errors: list[str] = []
+    n = 3
+    for k in range(8):
+        op = ringworld.SUM if k % 2 else ringworld.MAX
+        dtype = np.int64 if k < 4 else np.float64
+        shape = (n,) if k < 6 else (1, n)
+        send = (np.arange(n) * 10 + r + k).astype(dtype).reshape(shape)
+        recv = np.zeros(shape, dtype=dtype)
+        comm.allreduce(send, recv, op)
+        parts = [np.arange(n) * 10 + i + k for i in range(p)]
+        want = sum(parts) if op is ringworld.SUM else np.max(parts, axis=0)
+        if not np.array_equal(recv.ravel(), want):
+            errors.append(f"fresh allreduce {k} ({op.name}, {dtype.__name__}, {shape}): {recv}")
+        root = k % p
+        buf = np.full(n + 1, k if r == root else -1, dtype=dtype)
+        comm.bcast(buf, root)
+        if not np.array_equal(buf, np.full(n + 1, k, dtype=dtype)):
+            errors.append(f"fresh bcast {k} from {root}: {buf}")
+    # a strided recvbuf of a kept shape: the checks refuse it, as on a first call
+    wide = np.zeros(2 * n, dtype=np.float64)
+    try:
+        comm.allreduce(np.ones(n), wide[::2])
+        errors.append("a strided recvbuf was accepted")
+    except ValueError as exc:
+        if "C-contiguous" not in str(exc):
+            errors.append(f"strided recvbuf refused unclearly: {exc}")
+    if p > 1 and not comm._cache.shapes:
+        errors.append("no call shape was kept")
+    return errors
+
+
+def test_fresh_arrays_of_a_kept_shape() -> None:
+    results = run_processes(3, _fresh, transport="shm", timeout=60)
+    assert [e for errs in results for e in errs] == []
 
 
 @pytest.mark.parametrize("size", [1, 2, 3, 5])

@@ -228,12 +228,14 @@ def clear_bounded_caches(world: Communicator) -> None:
     """Empty the library's caches that are bounded by design (schedules, call signatures,
     checked ops, algorithm choices): the soak's random layouts would fill them for a long time,
     hiding or faking growth. Run at the same point of the sequence on every rank."""
-    from ringworld.collective import core as coll_comm
 
     registry.build.cache_clear()
     # private names: a cache renamed away is simply not cleared (the bounds then allow for it)
     engine = getattr(world, "_engine", None)
-    for owner, name in ((coll_comm, "_CHECKED_OPS"), (world.selector, "_memo"),
+    calls = getattr(world, "_cache", None)  # the communicator's CallCache
+    if calls is not None:
+        calls.clear()
+    for owner, name in ((world.selector, "_memo"),
                         (engine, "signed_calls"), (engine, "_marks"), (engine, "signatures")):
         cache = getattr(owner, name, None)
         if isinstance(cache, dict):

@@ -19,7 +19,9 @@ from typing import TYPE_CHECKING, Any, Self
 
 from ringworld._lazy import LazyModule
 from ringworld.algorithms.registry import HIERARCHICAL, SHM
-from ringworld.algorithms.schedule import Spec
+from ringworld.collective import calls
+from ringworld.collective.cache import LIMIT, Kept
+from ringworld.collective.calls import Call
 from ringworld.collective.core import OpLike
 from ringworld.collective.management import CommManagement
 from ringworld.collective.markers import IN_PLACE, UNDEFINED
@@ -32,17 +34,10 @@ from ringworld.comm.requests import (
 from ringworld.errors import CommRevoked, MismatchError, PeerFailure
 
 if TYPE_CHECKING:
-    import numpy as np
-
-    from ringworld.algorithms import executor
     from ringworld.algorithms import shm_collectives as shm
-    from ringworld.collective import buffers as bufs
     from ringworld.collective.buffers import Array
 else:  # imported on the first collective call: init() and point-to-point never load numpy
-    np = LazyModule("numpy", globals(), "np")
-    executor = LazyModule("ringworld.algorithms.executor", globals(), "executor")
     shm = LazyModule("ringworld.algorithms.shm_collectives", globals(), "shm")
-    bufs = LazyModule("ringworld.collective.buffers", globals(), "bufs")
 
 
 __all__ = ["IN_PLACE", "UNDEFINED", "Communicator"]
@@ -50,6 +45,114 @@ __all__ = ["IN_PLACE", "UNDEFINED", "Communicator"]
 
 class Communicator(CommManagement):
     """A group of ranks with point-to-point messaging and the full collective set."""
+
+    # ------------------------------------------------------------------ the runner
+    def _run(self, prepare: Callable[..., Call], args: tuple[Any, ...], algorithm: str | None,
+             blocking: bool, timeout: float | None,
+             keep: tuple[Any, Any, Any] | None = None) -> Request[None]:
+        """Check a collective's arguments (``prepare(self, *args)``, a function of
+        :mod:`ringworld.collective.calls`) and run the call: the one way every buffer collective
+        takes. ``keep`` (the user's sendbuf, recvbuf and op or root, blocking calls only) lets a
+        call run in the shared windows be repeated without its checks (:meth:`_rerun`).
+
+        Raises:
+            What ``prepare`` raises; a root's refusal (:class:`calls.Refused`) reaches the other
+            ranks first. Then what the run raises (Timeout, PeerFailure, MismatchError, ...).
+        """
+        try:
+            call = prepare(self, *args)
+        except calls.Refused as exc:
+            refused = exc  # raised below, outside this handler: the user sees the error alone
+        else:
+            return self._start(call, algorithm, blocking, timeout, keep)
+        if refused.collective == "reduce":
+            self._refuse_reduce(refused.error, refused.sendbuf, refused.op, algorithm, blocking)
+        else:
+            self._refuse(refused.collective, refused.error)
+        raise refused.error
+
+    def _start(self, call: Call, algorithm: str | None, blocking: bool, timeout: float | None,
+               keep: tuple[Any, Any, Any] | None = None) -> Request[None]:
+        """Run a checked call on the path the selector chooses (kept per call shape)."""
+        coll, o = call.collective, call.op
+        commutative = o is None or o.commutative
+        key = (coll, call.nbytes, algorithm, commutative, call.equal_blocks, blocking)
+        plan = self._cache.plans.get(key)
+        if plan is None:
+            plan = self._plan_call(call, algorithm, blocking, commutative)
+            if len(self._cache.plans) < LIMIT:
+                self._cache.plans[key] = plan
+        else:
+            self._check_open()
+        algo, hierarchical = plan
+        self.last_algorithm = algo
+        if hierarchical:
+            assert o is not None
+            self._hierarchical_allreduce(call.arrays[0], call.arrays[1], o, timeout)
+            return CompletedRequest(self._engine, None)
+        if algo == SHM:
+            return self._in_shared(call, timeout, keep)
+        spec = call.spec
+        if coll == "bcast":
+            itemsize = call.arrays[1].itemsize
+            spec = spec._replace(segment=max(1, self.selector.segment_bytes // max(1, itemsize)))
+        return self._go(coll, algo, spec, call.arrays, o, blocking, timeout, call.finish)
+
+    def _in_shared(self, call: Call, timeout: float | None,
+                   keep: tuple[Any, Any, Any] | None) -> Request[None]:
+        """Run ``call`` in the shared windows (a blocking call: the request is done)."""
+        coll, o = call.collective, call.op
+        assert call.shared is not None
+        sb, rb = call.arrays[0], call.arrays[1]
+        if coll == "bcast":
+            sb = rb
+        run = _SHM_RUN[coll]
+        nbytes, kind = call.shared
+        a = self._arena
+        if a is None:  # the first call maps the windows
+            a = self._shm(coll, timeout, nbytes, kind)
+            sig = a.signature(coll, nbytes, kind)
+        else:
+            sig = a.signature(coll, nbytes, kind)
+            a = self._shm(coll, timeout, sig=sig)
+        try:  # as _in_windows, inline
+            run(a, sb, rb, o, call.spec.root)
+        except BaseException as exc:
+            a.abandon(exc)
+            raise
+        if call.finish is not None:
+            call.finish()
+        if keep is not None:
+            self._cache.keep(call, keep[0], keep[1], sb, rb, keep[2], sig, run)
+        return self._done
+
+    def _plan_call(self, call: Call, algorithm: str | None, blocking: bool,
+                   commutative: bool) -> tuple[str, bool]:
+        """(the algorithm for this call's shape, whether it runs hierarchically)."""
+        if (call.collective == "allreduce" and blocking and commutative
+                and self.selector.use_hierarchy(self._host_sizes(), float(call.nbytes),
+                                                algorithm, self._interhost_bandwidth)):
+            self._check_open()
+            return HIERARCHICAL, True
+        return self._choose(call.collective, call.nbytes, algorithm, commutative=commutative,
+                            equal_blocks=call.equal_blocks, blocking=blocking), False
+
+    def _rerun(self, coll: str, last: Kept, sendbuf: Any, recvbuf: Any,
+               timeout: float | None) -> None:
+        """Repeat a call kept by :meth:`CallCache.keep` on the same arrays (``again`` checked
+        them): straight into the shared windows."""
+        self._check_open()
+        self.last_algorithm = SHM
+        rb = recvbuf
+        sb = rb if sendbuf is IN_PLACE else sendbuf
+        if rb.ndim != 1:
+            rb, sb = rb.reshape(-1), sb.reshape(-1)  # views: both are contiguous
+        a = self._shm(coll, timeout, sig=last.sig)
+        try:
+            last.run(a, sb, rb, last.op, last.root)
+        except BaseException as exc:
+            a.abandon(exc)
+            raise
 
     # ------------------------------------------------------------------ bcast
     def bcast(self, buf: Any, root: int = 0, *, algorithm: str | None = None,
@@ -62,27 +165,14 @@ class Communicator(CommManagement):
             TypeError / ValueError: bad ``buf``, ``root`` or ``algorithm``.
             Timeout, PeerFailure, TruncationError (ranks disagree on the size).
         """
-        if algorithm is None and (sig := self._again("bcast", buf, buf, root)) is not None:
-            self._in_windows(shm.bcast, self._shm("bcast", timeout, sig=sig), buf, root)
+        if algorithm is None and (last := self._cache.again("bcast", buf, buf, root)) is not None:
+            self._rerun("bcast", last, buf, buf, timeout)
             return
-        self._bcast(buf, root, algorithm, True, timeout)
+        self._run(calls.bcast, (buf, root), algorithm, True, timeout, (buf, buf, root))
 
     def ibcast(self, buf: Any, root: int = 0, *, algorithm: str | None = None) -> Request[None]:
         """Start a broadcast; ``buf`` must not be touched until the request completes."""
-        return self._bcast(buf, root, algorithm, False, None)
-
-    def _bcast(self, buf: Any, root: int, algorithm: str | None, blocking: bool,
-               timeout: float | None) -> Request[None]:
-        root = self._root(root)
-        a = bufs.as_array(buf, "buf", writable=self.rank != root)
-        algo = self._choose("bcast", a.nbytes, algorithm, blocking=blocking)
-        if algo == SHM:
-            self._in_windows(shm.bcast, self._shm("bcast", timeout, a.nbytes, (root,)), a, root)
-            self._keep("bcast", buf, buf, a, a, root, a.nbytes, (root,))
-            return CompletedRequest(self._engine, None)
-        seg = max(1, self.selector.segment_bytes // max(1, a.itemsize))
-        return self._go("bcast", algo, Spec(self.size, self.rank, a.size, root, segment=seg),
-                        [bufs.EMPTY_U8.view(a.dtype), a], None, blocking, timeout)
+        return self._run(calls.bcast, (buf, root), algorithm, False, None)
 
     # ------------------------------------------------------------------ reductions
     def reduce(self, sendbuf: Any, recvbuf: Any, op: OpLike = ops.SUM, root: int = 0, *,
@@ -96,38 +186,12 @@ class Communicator(CommManagement):
             TypeError / ValueError: bad buffers, op, root or algorithm.
             Timeout, PeerFailure, TruncationError.
         """
-        self._reduce(sendbuf, recvbuf, op, root, algorithm, True, timeout)
+        self._run(calls.reduce, (sendbuf, recvbuf, op, root), algorithm, True, timeout)
 
     def ireduce(self, sendbuf: Any, recvbuf: Any, op: OpLike = ops.SUM, root: int = 0, *,
                 algorithm: str | None = None) -> Request[None]:
         """Start a reduce; buffers must not be touched until the request completes."""
-        return self._reduce(sendbuf, recvbuf, op, root, algorithm, False, None)
-
-    def _reduce(self, sendbuf: Any, recvbuf: Any, op: OpLike, root: int, algorithm: str | None,
-                blocking: bool, timeout: float | None) -> Request[None]:
-        root = self._root(root)
-        if self.rank == root:
-            try:
-                rb = bufs.as_array(recvbuf, "recvbuf", writable=True)
-                sb = rb if sendbuf is IN_PLACE else bufs.as_array(sendbuf, "sendbuf")
-                bufs.same_dtype(sb, rb, "sendbuf", "recvbuf")
-                bufs.check_len(rb, sb.size, "recvbuf", "the size of sendbuf")
-            except (TypeError, ValueError) as exc:
-                self._refuse_reduce(exc, sendbuf, op, algorithm, blocking)
-        else:
-            sb = bufs.as_array(sendbuf, "sendbuf")
-            rb = bufs.EMPTY_U8.view(sb.dtype)
-        o = self._op(op, sb)
-        algo = self._choose("reduce", sb.nbytes, algorithm, commutative=o.commutative,
-                            blocking=blocking)
-        if algo == SHM:
-            kind = (sb.dtype, o.name, root)
-            self._in_windows(shm.reduce, self._shm("reduce", timeout, sb.nbytes, kind),
-                             sb, rb, o, root)
-            return CompletedRequest(self._engine, None)
-        return self._go("reduce", algo, Spec(self.size, self.rank, sb.size, root,
-                                             commutative=o.commutative),
-                        [sb, rb], o, blocking, timeout)
+        return self._run(calls.reduce, (sendbuf, recvbuf, op, root), algorithm, False, None)
 
     def allreduce(self, sendbuf: Any, recvbuf: Any, op: OpLike = ops.SUM, *,
                   algorithm: str | None = None, timeout: float | None = None) -> None:
@@ -141,46 +205,17 @@ class Communicator(CommManagement):
             TypeError / ValueError: bad buffers, op or algorithm.
             Timeout, PeerFailure, TruncationError.
         """
-        if algorithm is None and self._small_allreduce(sendbuf, recvbuf, op, timeout):
+        if (algorithm is None
+                and (last := self._cache.again("allreduce", sendbuf, recvbuf, op)) is not None):
+            self._rerun("allreduce", last, sendbuf, recvbuf, timeout)
             return
-        self._allreduce(sendbuf, recvbuf, op, algorithm, True, timeout)
+        self._run(calls.allreduce, (sendbuf, recvbuf, op), algorithm, True, timeout,
+                  (sendbuf, recvbuf, op))
 
     def iallreduce(self, sendbuf: Any, recvbuf: Any, op: OpLike = ops.SUM, *,
                    algorithm: str | None = None) -> Request[None]:
         """Start an allreduce; buffers must not be touched until the request completes."""
-        return self._allreduce(sendbuf, recvbuf, op, algorithm, False, None)
-
-    def _allreduce(self, sendbuf: Any, recvbuf: Any, op: OpLike, algorithm: str | None,
-                   blocking: bool, timeout: float | None) -> Request[None]:
-        rb = bufs.as_array(recvbuf, "recvbuf", writable=True)
-        sb = rb if sendbuf is IN_PLACE else bufs.as_array(sendbuf, "sendbuf")
-        bufs.same_dtype(sb, rb, "sendbuf", "recvbuf")
-        bufs.check_len(rb, sb.size, "recvbuf", "the size of sendbuf")
-        o = self._op(op, rb)
-        if blocking and o.commutative and self._use_hierarchy(rb.nbytes, algorithm):
-            self.last_algorithm = HIERARCHICAL
-            self._hierarchical_allreduce(sb, rb, o, timeout)
-            return CompletedRequest(self._engine, None)
-        algo = self._choose("allreduce", rb.nbytes, algorithm, commutative=o.commutative,
-                            blocking=blocking)
-        if algo == SHM:
-            kind = (rb.dtype, o.name)
-            self._in_windows(shm.allreduce, self._shm("allreduce", timeout, rb.nbytes, kind),
-                             sb, rb, o)
-            return CompletedRequest(self._engine, None)
-        return self._go("allreduce", algo, Spec(self.size, self.rank, rb.size,
-                                                commutative=o.commutative),
-                        [sb, rb], o, blocking, timeout)
-
-    def _use_hierarchy(self, nbytes: int, algorithm: str | None) -> bool:
-        """Whether a blocking allreduce runs hierarchically (the selector decides; kept per
-        power-of-two size class, as the decision may measure the link between hosts)."""
-        key = (algorithm, nbytes.bit_length())
-        found = self._hier_choice.get(key)
-        if found is None:
-            found = self._hier_choice[key] = self.selector.use_hierarchy(
-                self._host_sizes(), float(nbytes), algorithm, self._interhost_bandwidth)
-        return found
+        return self._run(calls.allreduce, (sendbuf, recvbuf, op), algorithm, False, None)
 
     def _interhost_bandwidth(self) -> float:
         """Bytes/s between the first ranks of the first two hosts, measured once (see
@@ -251,18 +286,18 @@ class Communicator(CommManagement):
         Raises:
             TypeError / ValueError, Timeout, PeerFailure, TruncationError.
         """
-        if (algorithm is None and (sig := self._again("reduce_scatter_block", sendbuf, recvbuf,
-                                                      op)) is not None):
-            self._in_windows(shm.reduce_scatter_block,
-                             self._shm("reduce_scatter_block", timeout, sig=sig),
-                             sendbuf, recvbuf, self._op(op, sendbuf))
+        if algorithm is None and (last := self._cache.again("reduce_scatter_block", sendbuf,
+                                                              recvbuf, op)) is not None:
+            self._rerun("reduce_scatter_block", last, sendbuf, recvbuf, timeout)
             return
-        self._reduce_scatter(sendbuf, recvbuf, None, op, algorithm, True, timeout)
+        self._run(calls.reduce_scatter, (sendbuf, recvbuf, None, op), algorithm, True, timeout,
+                  (sendbuf, recvbuf, op))
 
     def ireduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: OpLike = ops.SUM, *,
                               algorithm: str | None = None) -> Request[None]:
         """Start a reduce_scatter_block."""
-        return self._reduce_scatter(sendbuf, recvbuf, None, op, algorithm, False, None)
+        return self._run(calls.reduce_scatter, (sendbuf, recvbuf, None, op), algorithm, False,
+                         None)
 
     def reduce_scatter(self, sendbuf: Any, recvbuf: Any, counts: Sequence[int],
                        op: OpLike = ops.SUM, *, algorithm: str | None = None,
@@ -272,52 +307,13 @@ class Communicator(CommManagement):
         Raises:
             TypeError / ValueError, Timeout, PeerFailure, TruncationError.
         """
-        self._reduce_scatter(sendbuf, recvbuf, counts, op, algorithm, True, timeout)
+        self._run(calls.reduce_scatter, (sendbuf, recvbuf, counts, op), algorithm, True, timeout)
 
     def ireduce_scatter(self, sendbuf: Any, recvbuf: Any, counts: Sequence[int],
                         op: OpLike = ops.SUM, *, algorithm: str | None = None) -> Request[None]:
         """Start a reduce_scatter."""
-        return self._reduce_scatter(sendbuf, recvbuf, counts, op, algorithm, False, None)
-
-    def _reduce_scatter(self, sendbuf: Any, recvbuf: Any, counts: Sequence[int] | None,
-                        op: OpLike, algorithm: str | None, blocking: bool,
-                        timeout: float | None) -> Request[None]:
-        p, r = self.size, self.rank
-        rb = bufs.as_array(recvbuf, "recvbuf", writable=True)
-        coll = "reduce_scatter" if counts is not None else "reduce_scatter_block"
-        finish: Callable[[], None] | None = None
-        if sendbuf is IN_PLACE:
-            sb = rb
-            c = (bufs.int_list(counts, p, "counts") if counts is not None
-                 else (bufs.blocks_of(rb, p, "recvbuf"),) * p)
-            bufs.check_len(sb, sum(c), "recvbuf", "IN_PLACE input: the sum of all blocks")
-            out = executor.aligned_empty(c[r], rb.dtype)
-            dest = rb[: c[r]]
-
-            def finish() -> None:
-                np.copyto(dest, out)
-        else:
-            sb = bufs.as_array(sendbuf, "sendbuf")
-            bufs.same_dtype(sb, rb, "sendbuf", "recvbuf")
-            c = (bufs.int_list(counts, p, "counts") if counts is not None else (rb.size,) * p)
-            bufs.check_len(sb, sum(c), "sendbuf", "the sum of all blocks")
-            bufs.check_len(rb, c[r], "recvbuf", "this rank's block")
-            out = rb
-        o = self._op(op, sb)
-        algo = self._choose(coll, sb.nbytes // max(1, p), algorithm, commutative=o.commutative,
-                            equal_blocks=counts is None, blocking=blocking)
-        if algo == SHM:
-            kind = (sb.dtype, o.name)
-            self._in_windows(shm.reduce_scatter_block, self._shm(coll, timeout, sb.nbytes, kind),
-                             sb, out, o)
-            if finish is None and counts is None:
-                self._keep(coll, sendbuf, recvbuf, sb, rb, op, sb.nbytes, kind)
-            if finish is not None:
-                finish()
-            return CompletedRequest(self._engine, None)
-        spec = Spec(p, r, c[0] if c else 0, counts=c if counts is not None else None,
-                    commutative=o.commutative)
-        return self._go(coll, algo, spec, [sb, out], o, blocking, timeout, finish)
+        return self._run(calls.reduce_scatter, (sendbuf, recvbuf, counts, op), algorithm, False,
+                         None)
 
     def scan(self, sendbuf: Any, recvbuf: Any, op: OpLike = ops.SUM, *,
              algorithm: str | None = None, timeout: float | None = None) -> None:
@@ -326,12 +322,12 @@ class Communicator(CommManagement):
         Raises:
             TypeError / ValueError, Timeout, PeerFailure, TruncationError.
         """
-        self._scan("scan", sendbuf, recvbuf, op, algorithm, True, timeout)
+        self._run(calls.scan, ("scan", sendbuf, recvbuf, op), algorithm, True, timeout)
 
     def iscan(self, sendbuf: Any, recvbuf: Any, op: OpLike = ops.SUM, *,
               algorithm: str | None = None) -> Request[None]:
         """Start a scan."""
-        return self._scan("scan", sendbuf, recvbuf, op, algorithm, False, None)
+        return self._run(calls.scan, ("scan", sendbuf, recvbuf, op), algorithm, False, None)
 
     def exscan(self, sendbuf: Any, recvbuf: Any, op: OpLike = ops.SUM, *,
                algorithm: str | None = None, timeout: float | None = None) -> None:
@@ -340,24 +336,12 @@ class Communicator(CommManagement):
         Raises:
             TypeError / ValueError, Timeout, PeerFailure, TruncationError.
         """
-        self._scan("exscan", sendbuf, recvbuf, op, algorithm, True, timeout)
+        self._run(calls.scan, ("exscan", sendbuf, recvbuf, op), algorithm, True, timeout)
 
     def iexscan(self, sendbuf: Any, recvbuf: Any, op: OpLike = ops.SUM, *,
                 algorithm: str | None = None) -> Request[None]:
         """Start an exscan."""
-        return self._scan("exscan", sendbuf, recvbuf, op, algorithm, False, None)
-
-    def _scan(self, coll: str, sendbuf: Any, recvbuf: Any, op: OpLike, algorithm: str | None,
-              blocking: bool, timeout: float | None) -> Request[None]:
-        rb = bufs.as_array(recvbuf, "recvbuf", writable=True)
-        sb = rb if sendbuf is IN_PLACE else bufs.as_array(sendbuf, "sendbuf")
-        bufs.same_dtype(sb, rb, "sendbuf", "recvbuf")
-        bufs.check_len(rb, sb.size, "recvbuf", "the size of sendbuf")
-        o = self._op(op, rb)
-        algo = self._choose(coll, rb.nbytes, algorithm, commutative=o.commutative)
-        return self._go(coll, algo, Spec(self.size, self.rank, rb.size,
-                                         commutative=o.commutative),
-                        [sb, rb], o, blocking, timeout)
+        return self._run(calls.scan, ("exscan", sendbuf, recvbuf, op), algorithm, False, None)
 
     # ------------------------------------------------------------------ gather / scatter
     def gather(self, sendbuf: Any, recvbuf: Any, root: int = 0, *,
@@ -370,33 +354,12 @@ class Communicator(CommManagement):
         Raises:
             TypeError / ValueError, Timeout, PeerFailure, TruncationError.
         """
-        self._gather(sendbuf, recvbuf, root, algorithm, True, timeout)
+        self._run(calls.gather, (sendbuf, recvbuf, root), algorithm, True, timeout)
 
     def igather(self, sendbuf: Any, recvbuf: Any, root: int = 0, *,
                 algorithm: str | None = None) -> Request[None]:
         """Start a gather."""
-        return self._gather(sendbuf, recvbuf, root, algorithm, False, None)
-
-    def _gather(self, sendbuf: Any, recvbuf: Any, root: int, algorithm: str | None,
-                blocking: bool, timeout: float | None) -> Request[None]:
-        p, r = self.size, self.rank
-        root = self._root(root)
-        if r == root:
-            try:
-                rb = bufs.as_array(recvbuf, "recvbuf", writable=True)
-                n = bufs.blocks_of(rb, p, "recvbuf")
-                sb = (rb[r * n : (r + 1) * n] if sendbuf is IN_PLACE
-                      else bufs.as_array(sendbuf, "sendbuf"))
-                bufs.same_dtype(sb, rb, "sendbuf", "recvbuf")
-                bufs.check_len(sb, n, "sendbuf", "recvbuf holds size blocks of this length")
-            except (TypeError, ValueError) as exc:
-                self._refuse("gather", exc)
-        else:
-            sb = bufs.as_array(sendbuf, "sendbuf")
-            rb = bufs.EMPTY_U8.view(sb.dtype)
-            n = sb.size
-        algo = self._choose("gather", sb.nbytes, algorithm)
-        return self._go("gather", algo, Spec(p, r, n, root), [sb, rb], None, blocking, timeout)
+        return self._run(calls.gather, (sendbuf, recvbuf, root), algorithm, False, None)
 
     def gatherv(self, sendbuf: Any, recvbuf: Any, counts: Sequence[int] | None = None,
                 displs: Sequence[int] | None = None, root: int = 0, *,
@@ -408,38 +371,15 @@ class Communicator(CommManagement):
         Raises:
             TypeError / ValueError, Timeout, PeerFailure, TruncationError.
         """
-        self._gatherv(sendbuf, recvbuf, counts, displs, root, algorithm, True, timeout)
+        self._run(calls.gatherv, (sendbuf, recvbuf, counts, displs, root), algorithm, True,
+                  timeout)
 
     def igatherv(self, sendbuf: Any, recvbuf: Any, counts: Sequence[int] | None = None,
                  displs: Sequence[int] | None = None, root: int = 0, *,
                  algorithm: str | None = None) -> Request[None]:
         """Start a gatherv."""
-        return self._gatherv(sendbuf, recvbuf, counts, displs, root, algorithm, False, None)
-
-    def _gatherv(self, sendbuf: Any, recvbuf: Any, counts: Sequence[int] | None,
-                 displs: Sequence[int] | None, root: int, algorithm: str | None,
-                 blocking: bool, timeout: float | None) -> Request[None]:
-        p, r = self.size, self.rank
-        root = self._root(root)
-        if r == root:
-            try:
-                rb = bufs.as_array(recvbuf, "recvbuf", writable=True)
-                if counts is None:
-                    raise TypeError("counts is required at the root")
-                c, d = bufs.layout(counts, displs, p, rb, "counts", "displs", "recvbuf")
-                sb = (rb[d[r] : d[r] + c[r]] if sendbuf is IN_PLACE
-                      else bufs.as_array(sendbuf, "sendbuf"))
-                bufs.same_dtype(sb, rb, "sendbuf", "recvbuf")
-                bufs.check_len(sb, c[r], "sendbuf", "counts[root]")
-            except (TypeError, ValueError) as exc:
-                self._refuse("gatherv", exc)
-            spec = Spec(p, r, c[r], root, counts=c, displs=d)
-        else:
-            sb = bufs.as_array(sendbuf, "sendbuf")
-            rb = bufs.EMPTY_U8.view(sb.dtype)
-            spec = Spec(p, r, sb.size, root)
-        algo = self._choose("gatherv", sb.nbytes, algorithm)
-        return self._go("gatherv", algo, spec, [sb, rb], None, blocking, timeout)
+        return self._run(calls.gatherv, (sendbuf, recvbuf, counts, displs, root), algorithm,
+                         False, None)
 
     def scatter(self, sendbuf: Any, recvbuf: Any, root: int = 0, *,
                 algorithm: str | None = None, timeout: float | None = None) -> None:
@@ -451,33 +391,12 @@ class Communicator(CommManagement):
         Raises:
             TypeError / ValueError, Timeout, PeerFailure, TruncationError.
         """
-        self._scatter(sendbuf, recvbuf, root, algorithm, True, timeout)
+        self._run(calls.scatter, (sendbuf, recvbuf, root), algorithm, True, timeout)
 
     def iscatter(self, sendbuf: Any, recvbuf: Any, root: int = 0, *,
                  algorithm: str | None = None) -> Request[None]:
         """Start a scatter."""
-        return self._scatter(sendbuf, recvbuf, root, algorithm, False, None)
-
-    def _scatter(self, sendbuf: Any, recvbuf: Any, root: int, algorithm: str | None,
-                 blocking: bool, timeout: float | None) -> Request[None]:
-        p, r = self.size, self.rank
-        root = self._root(root)
-        if r == root:
-            try:
-                sb = bufs.as_array(sendbuf, "sendbuf")
-                n = bufs.blocks_of(sb, p, "sendbuf")
-                rb = (sb[r * n : (r + 1) * n] if recvbuf is IN_PLACE
-                      else bufs.as_array(recvbuf, "recvbuf", writable=True))
-                bufs.same_dtype(sb, rb, "sendbuf", "recvbuf")
-                bufs.check_len(rb, n, "recvbuf", "sendbuf holds size blocks of this length")
-            except (TypeError, ValueError) as exc:
-                self._refuse("scatter", exc)
-        else:
-            rb = bufs.as_array(recvbuf, "recvbuf", writable=True)
-            sb = bufs.EMPTY_U8.view(rb.dtype)
-            n = rb.size
-        algo = self._choose("scatter", rb.nbytes, algorithm)
-        return self._go("scatter", algo, Spec(p, r, n, root), [sb, rb], None, blocking, timeout)
+        return self._run(calls.scatter, (sendbuf, recvbuf, root), algorithm, False, None)
 
     def scatterv(self, sendbuf: Any, recvbuf: Any, counts: Sequence[int] | None = None,
                  displs: Sequence[int] | None = None, root: int = 0, *,
@@ -487,38 +406,15 @@ class Communicator(CommManagement):
         Raises:
             TypeError / ValueError, Timeout, PeerFailure, TruncationError.
         """
-        self._scatterv(sendbuf, recvbuf, counts, displs, root, algorithm, True, timeout)
+        self._run(calls.scatterv, (sendbuf, recvbuf, counts, displs, root), algorithm, True,
+                  timeout)
 
     def iscatterv(self, sendbuf: Any, recvbuf: Any, counts: Sequence[int] | None = None,
                   displs: Sequence[int] | None = None, root: int = 0, *,
                   algorithm: str | None = None) -> Request[None]:
         """Start a scatterv."""
-        return self._scatterv(sendbuf, recvbuf, counts, displs, root, algorithm, False, None)
-
-    def _scatterv(self, sendbuf: Any, recvbuf: Any, counts: Sequence[int] | None,
-                  displs: Sequence[int] | None, root: int, algorithm: str | None,
-                  blocking: bool, timeout: float | None) -> Request[None]:
-        p, r = self.size, self.rank
-        root = self._root(root)
-        if r == root:
-            try:
-                sb = bufs.as_array(sendbuf, "sendbuf")
-                if counts is None:
-                    raise TypeError("counts is required at the root")
-                c, d = bufs.layout(counts, displs, p, sb, "counts", "displs", "sendbuf")
-                rb = (sb[d[r] : d[r] + c[r]] if recvbuf is IN_PLACE
-                      else bufs.as_array(recvbuf, "recvbuf", writable=True))
-                bufs.same_dtype(sb, rb, "sendbuf", "recvbuf")
-                bufs.check_len(rb, c[r], "recvbuf", "counts[root]")
-            except (TypeError, ValueError) as exc:
-                self._refuse("scatterv", exc)
-            spec = Spec(p, r, c[r], root, counts=c, displs=d)
-        else:
-            rb = bufs.as_array(recvbuf, "recvbuf", writable=True)
-            sb = bufs.EMPTY_U8.view(rb.dtype)
-            spec = Spec(p, r, rb.size, root)
-        algo = self._choose("scatterv", rb.nbytes, algorithm)
-        return self._go("scatterv", algo, spec, [sb, rb], None, blocking, timeout)
+        return self._run(calls.scatterv, (sendbuf, recvbuf, counts, displs, root), algorithm,
+                         False, None)
 
     # ------------------------------------------------------------------ allgather
     def allgather(self, sendbuf: Any, recvbuf: Any, *, algorithm: str | None = None,
@@ -529,16 +425,17 @@ class Communicator(CommManagement):
             TypeError / ValueError, Timeout, PeerFailure, TruncationError.
         """
         if (algorithm is None
-                and (sig := self._again("allgather", sendbuf, recvbuf, None)) is not None):
-            self._in_windows(shm.allgather, self._shm("allgather", timeout, sig=sig),
-                             sendbuf, recvbuf)
+                and (last := self._cache.again("allgather", sendbuf, recvbuf, None)) is not None):
+            self._rerun("allgather", last, sendbuf, recvbuf, timeout)
             return
-        self._allgather(sendbuf, recvbuf, None, None, algorithm, True, timeout)
+        self._run(calls.allgather, (sendbuf, recvbuf, None, None), algorithm, True, timeout,
+                  (sendbuf, recvbuf, None))
 
     def iallgather(self, sendbuf: Any, recvbuf: Any, *,
                    algorithm: str | None = None) -> Request[None]:
         """Start an allgather."""
-        return self._allgather(sendbuf, recvbuf, None, None, algorithm, False, None)
+        return self._run(calls.allgather, (sendbuf, recvbuf, None, None), algorithm, False,
+                         None)
 
     def allgatherv(self, sendbuf: Any, recvbuf: Any, counts: Sequence[int],
                    displs: Sequence[int] | None = None, *, algorithm: str | None = None,
@@ -548,42 +445,14 @@ class Communicator(CommManagement):
         Raises:
             TypeError / ValueError, Timeout, PeerFailure, TruncationError.
         """
-        self._allgather(sendbuf, recvbuf, counts, displs, algorithm, True, timeout)
+        self._run(calls.allgather, (sendbuf, recvbuf, counts, displs), algorithm, True, timeout)
 
     def iallgatherv(self, sendbuf: Any, recvbuf: Any, counts: Sequence[int],
                     displs: Sequence[int] | None = None, *,
                     algorithm: str | None = None) -> Request[None]:
         """Start an allgatherv."""
-        return self._allgather(sendbuf, recvbuf, counts, displs, algorithm, False, None)
-
-    def _allgather(self, sendbuf: Any, recvbuf: Any, counts: Sequence[int] | None,
-                   displs: Sequence[int] | None, algorithm: str | None, blocking: bool,
-                   timeout: float | None) -> Request[None]:
-        p, r = self.size, self.rank
-        rb = bufs.as_array(recvbuf, "recvbuf", writable=True)
-        if counts is None:
-            n = bufs.blocks_of(rb, p, "recvbuf")
-            sb = rb[r * n : (r + 1) * n] if sendbuf is IN_PLACE else bufs.as_array(sendbuf,
-                                                                               "sendbuf")
-            bufs.check_len(sb, n, "sendbuf", "recvbuf holds size blocks of this length")
-            coll, spec = "allgather", Spec(p, r, n)
-            equal = True
-        else:
-            c, d = bufs.layout(counts, displs, p, rb, "counts", "displs", "recvbuf")
-            sb = (rb[d[r] : d[r] + c[r]] if sendbuf is IN_PLACE
-                  else bufs.as_array(sendbuf, "sendbuf"))
-            bufs.check_len(sb, c[r], "sendbuf", "counts[rank]")
-            coll, spec = "allgatherv", Spec(p, r, c[r], counts=c, displs=d)
-            equal = False
-        bufs.same_dtype(sb, rb, "sendbuf", "recvbuf")
-        algo = self._choose(coll, sb.nbytes, algorithm, equal_blocks=equal, blocking=blocking)
-        if algo == SHM:
-            self._in_windows(shm.allgather, self._shm(coll, timeout, rb.nbytes, (rb.dtype,)),
-                             sb, rb)
-            if counts is None:
-                self._keep(coll, sendbuf, recvbuf, sb, rb, None, rb.nbytes, (rb.dtype,))
-            return CompletedRequest(self._engine, None)
-        return self._go(coll, algo, spec, [sb, rb], None, blocking, timeout)
+        return self._run(calls.allgather, (sendbuf, recvbuf, counts, displs), algorithm, False,
+                         None)
 
     # ------------------------------------------------------------------ alltoall
     def alltoall(self, sendbuf: Any, recvbuf: Any, *, algorithm: str | None = None,
@@ -594,32 +463,16 @@ class Communicator(CommManagement):
             TypeError / ValueError, Timeout, PeerFailure, TruncationError.
         """
         if (algorithm is None
-                and (sig := self._again("alltoall", sendbuf, recvbuf, None)) is not None):
-            self._in_windows(shm.alltoall, self._shm("alltoall", timeout, sig=sig),
-                             sendbuf, recvbuf)
+                and (last := self._cache.again("alltoall", sendbuf, recvbuf, None)) is not None):
+            self._rerun("alltoall", last, sendbuf, recvbuf, timeout)
             return
-        self._alltoall(sendbuf, recvbuf, algorithm, True, timeout)
+        self._run(calls.alltoall, (sendbuf, recvbuf), algorithm, True, timeout,
+                  (sendbuf, recvbuf, None))
 
     def ialltoall(self, sendbuf: Any, recvbuf: Any, *,
                   algorithm: str | None = None) -> Request[None]:
         """Start an alltoall."""
-        return self._alltoall(sendbuf, recvbuf, algorithm, False, None)
-
-    def _alltoall(self, sendbuf: Any, recvbuf: Any, algorithm: str | None, blocking: bool,
-                  timeout: float | None) -> Request[None]:
-        p, r = self.size, self.rank
-        rb = bufs.as_array(recvbuf, "recvbuf", writable=True)
-        n = bufs.blocks_of(rb, p, "recvbuf")
-        sb = rb.copy() if sendbuf is IN_PLACE else bufs.as_array(sendbuf, "sendbuf")
-        bufs.same_dtype(sb, rb, "sendbuf", "recvbuf")
-        bufs.check_len(sb, rb.size, "sendbuf", "the size of recvbuf")
-        algo = self._choose("alltoall", sb.nbytes // p, algorithm, blocking=blocking)
-        if algo == SHM:
-            kind = (rb.dtype,)
-            self._in_windows(shm.alltoall, self._shm("alltoall", timeout, rb.nbytes, kind), sb, rb)
-            self._keep("alltoall", sendbuf, recvbuf, sb, rb, None, rb.nbytes, kind)
-            return CompletedRequest(self._engine, None)
-        return self._go("alltoall", algo, Spec(p, r, n), [sb, rb], None, blocking, timeout)
+        return self._run(calls.alltoall, (sendbuf, recvbuf), algorithm, False, None)
 
     def alltoallv(self, sendbuf: Any, recvbuf: Any, sendcounts: Sequence[int],
                   recvcounts: Sequence[int], sdispls: Sequence[int] | None = None,
@@ -632,36 +485,16 @@ class Communicator(CommManagement):
         Raises:
             TypeError / ValueError, Timeout, PeerFailure, TruncationError.
         """
-        self._alltoallv(sendbuf, recvbuf, sendcounts, recvcounts, sdispls, rdispls, algorithm,
-                        True, timeout)
+        self._run(calls.alltoallv, (sendbuf, recvbuf, sendcounts, recvcounts, sdispls, rdispls),
+                  algorithm, True, timeout)
 
     def ialltoallv(self, sendbuf: Any, recvbuf: Any, sendcounts: Sequence[int],
                    recvcounts: Sequence[int], sdispls: Sequence[int] | None = None,
                    rdispls: Sequence[int] | None = None, *,
                    algorithm: str | None = None) -> Request[None]:
         """Start an alltoallv."""
-        return self._alltoallv(sendbuf, recvbuf, sendcounts, recvcounts, sdispls, rdispls,
-                               algorithm, False, None)
-
-    def _alltoallv(self, sendbuf: Any, recvbuf: Any, sendcounts: Sequence[int],
-                   recvcounts: Sequence[int], sdispls: Sequence[int] | None,
-                   rdispls: Sequence[int] | None, algorithm: str | None, blocking: bool,
-                   timeout: float | None) -> Request[None]:
-        p, r = self.size, self.rank
-        rb = bufs.as_array(recvbuf, "recvbuf", writable=True)
-        rc, rd = bufs.layout(recvcounts, rdispls, p, rb, "recvcounts", "rdispls", "recvbuf")
-        if sendbuf is IN_PLACE:
-            sb, sc, sd = rb.copy(), rc, rd
-        else:
-            sb = bufs.as_array(sendbuf, "sendbuf")
-            sc, sd = bufs.layout(sendcounts, sdispls, p, sb, "sendcounts", "sdispls", "sendbuf")
-        bufs.same_dtype(sb, rb, "sendbuf", "recvbuf")
-        if sc[r] != rc[r]:
-            raise ValueError(f"sendcounts[{r}]={sc[r]} but recvcounts[{r}]={rc[r]}: this rank's "
-                             "block to itself must have one size")
-        algo = self._choose("alltoallv", sb.nbytes // p, algorithm)
-        spec = Spec(p, r, 0, counts=sc, displs=sd, rcounts=rc, rdispls=rd)
-        return self._go("alltoallv", algo, spec, [sb, rb], None, blocking, timeout)
+        return self._run(calls.alltoallv, (sendbuf, recvbuf, sendcounts, recvcounts, sdispls,
+                                          rdispls), algorithm, False, None)
 
     def alltoallw(self, sendbufs: Sequence[Any], recvbufs: Sequence[Any], *,
                   algorithm: str | None = None, timeout: float | None = None) -> None:
@@ -673,27 +506,50 @@ class Communicator(CommManagement):
         Raises:
             TypeError / ValueError, Timeout, PeerFailure, TruncationError.
         """
-        self._alltoallw(sendbufs, recvbufs, algorithm, True, timeout)
+        self._run(calls.alltoallw, (sendbufs, recvbufs), algorithm, True, timeout)
 
     def ialltoallw(self, sendbufs: Sequence[Any], recvbufs: Sequence[Any], *,
                    algorithm: str | None = None) -> Request[None]:
         """Start an alltoallw."""
-        return self._alltoallw(sendbufs, recvbufs, algorithm, False, None)
-
-    def _alltoallw(self, sendbufs: Sequence[Any], recvbufs: Sequence[Any],
-                   algorithm: str | None, blocking: bool,
-                   timeout: float | None) -> Request[None]:
-        p, r = self.size, self.rank
-        sends = [bufs.as_array(b, f"sendbufs[{i}]").view(np.uint8)
-                 for i, b in enumerate(bufs.seq(sendbufs, p, "sendbufs"))]
-        recvs = [bufs.as_array(b, f"recvbufs[{i}]", writable=True).view(np.uint8)
-                 for i, b in enumerate(bufs.seq(recvbufs, p, "recvbufs"))]
-        bufs.check_len(recvs[r], sends[r].size, f"recvbufs[{r}]", f"the bytes of sendbufs[{r}]")
-        algo = self._choose("alltoallw", sum(s.nbytes for s in sends) // p, algorithm)
-        spec = Spec(p, r, 0, counts=tuple(s.size for s in sends),
-                    rcounts=tuple(b.size for b in recvs))
-        none = bufs.EMPTY_U8
-        return self._go("alltoallw", algo, spec, [none, none, none, *sends, *recvs], None,
-                        blocking, timeout)
+        return self._run(calls.alltoallw, (sendbufs, recvbufs), algorithm, False, None)
 
 
+def _shm_runners() -> dict[str, Callable[..., None]]:
+    """Each collective's shared-memory algorithm as ``run(arena, sendbuf, recvbuf, op, root)``."""
+
+    def bcast(a: shm.Arena, sb: Array, rb: Array, o: Op | None, root: int) -> None:
+        shm.bcast(a, rb, root)
+
+    def reduce(a: shm.Arena, sb: Array, rb: Array, o: Op | None, root: int) -> None:
+        assert o is not None
+        shm.reduce(a, sb, rb, o, root)
+
+    def allreduce(a: shm.Arena, sb: Array, rb: Array, o: Op | None, root: int) -> None:
+        assert o is not None
+        shm.allreduce(a, sb, rb, o)
+
+    def reduce_scatter_block(a: shm.Arena, sb: Array, rb: Array, o: Op | None,
+                             root: int) -> None:
+        assert o is not None
+        shm.reduce_scatter_block(a, sb, rb, o)
+
+    def allgather(a: shm.Arena, sb: Array, rb: Array, o: Op | None, root: int) -> None:
+        shm.allgather(a, sb, rb)
+
+    def alltoall(a: shm.Arena, sb: Array, rb: Array, o: Op | None, root: int) -> None:
+        shm.alltoall(a, sb, rb)
+
+    return {"bcast": bcast, "reduce": reduce, "allreduce": allreduce,
+            "reduce_scatter_block": reduce_scatter_block, "allgather": allgather,
+            "alltoall": alltoall}
+
+
+class _Runners(dict[str, Callable[..., None]]):
+    """:func:`_shm_runners`, made on first use (the shared-memory module loads numpy)."""
+
+    def __missing__(self, key: str) -> Callable[..., None]:
+        self.update(_shm_runners())
+        return self[key]
+
+
+_SHM_RUN = _Runners()

@@ -10,16 +10,14 @@ collectives themselves are :class:`~ringworld.collective.communicator.Communicat
 from __future__ import annotations
 
 import math
-import weakref
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from ringworld._lazy import LazyModule
 from ringworld.algorithms import registry
 from ringworld.algorithms.registry import SHM
 from ringworld.algorithms.schedule import Spec
-from ringworld.algorithms.shm_policy import SMALL
-from ringworld.collective.markers import IN_PLACE
+from ringworld.collective.cache import CallCache
 from ringworld.collective.objects import ObjectCollectives
 from ringworld.comm import ops
 from ringworld.comm.engine import Engine
@@ -51,11 +49,6 @@ else:  # imported on the first collective call: init() and point-to-point never 
 
 
 OpLike = Op | str
-_CHECKED_OPS: dict[tuple[OpLike, np.dtype[Any]], Op] = {}  # (op, dtype) pairs known valid
-
-
-def _gone() -> None:
-    """Stands for the weak reference to an ``IN_PLACE`` sendbuf (it matches no array)."""
 
 
 class CollectiveCore(ObjectCollectives):
@@ -71,18 +64,10 @@ class CollectiveCore(ObjectCollectives):
         self._scratch: executor.Scratch | None = None  # made on first use (imports numpy)
         self._freed = False
         self._arena: shm.Arena | None = None
-        self._small_plans: dict[tuple[Any, ...], tuple[Op, tuple[int, int, str], bool]] = {}
-        # the last small allreduce's (weak refs to sendbuf and recvbuf, op, dtype, plan): a
-        # loop repeating one call skips the checks (weak, so no user buffer is kept alive)
-        self._last_small: tuple[Any, Any, Any, Any, Op, tuple[int, int, str]] | None = None
-        # per collective, the last small shared-memory call's (weak refs to its arrays, root or
-        # op, dtype, signature): see _again
-        self._repeat: dict[str, tuple[Any, Any, Any, Any, tuple[int, int, str]]] = {}
-        self._ndarray: Any = None  # numpy's ndarray, once the arena has loaded numpy
+        self._cache = CallCache()  # what the calls remember (see collective.cache)
+        self._done: Request[None] = CompletedRequest(engine, None)  # a blocking call's result
         self._agree_round = 0  # agreements (agree, shrink) made on this communicator
         self._hier: tuple[Self, Self | None] | None = None  # (host comm, leaders comm)
-        # (algorithm asked for, size class) -> hierarchical allreduce?
-        self._hier_choice: dict[tuple[str | None, int], bool] = {}
         self._link_bw: float | None = None  # measured bytes/s between hosts
         hosts, order = self._hosts()
         # each rank's host index when the ranks span hosts (the tuner's topology), else None
@@ -160,7 +145,6 @@ class CollectiveCore(ObjectCollectives):
                 raise Timeout(f"{what} (shm) on {self.name}: setting up shared memory: "
                               f"{exc}") from exc
             self.last_algorithm = SHM  # not the barriers that set the windows up
-            self._ndarray = np.ndarray
         # shared-memory collectives send no messages but keep tags in step
         seq = self._next_seq()
         a = self._arena
@@ -232,45 +216,15 @@ class CollectiveCore(ObjectCollectives):
                 known[key] = found
         return found
 
-    def _again(self, coll: str, sb: Any, rb: Any, extra: Any) -> tuple[int, int, str] | None:
-        """The shared-memory signature of the last ``coll`` if this call repeats it, else None:
-        the same array objects (still 1-D, same dtype, ``rb`` still writable) and the same
-        ``extra`` (root or op). A repeated call then skips the checks and the algorithm choice,
-        which cost more than the copies of small calls and, run with the caches cold after a
-        large one, 10-20 us a call. Cost: a few attribute reads.
+    def _op(self, op: OpLike, *bufs: Array) -> Op:
+        """``op`` resolved, and checked against the dtype of the first non-empty buffer.
 
         Raises:
-            CommError / CommRevoked: the communicator was freed or revoked.
+            TypeError / ValueError: an unknown op, or one undefined on that dtype.
         """
-        last = self._repeat.get(coll)
-        if (last is None or last[0]() is not sb or last[1]() is not rb or last[2] != extra
-                or sb.dtype is not last[3] or rb.dtype is not last[3] or sb.ndim != 1
-                or rb.ndim != 1 or not rb.flags.writeable):
-            return None
-        self._check_open()
-        self.last_algorithm = SHM
-        sig: tuple[int, int, str] = last[4]
-        return sig
-
-    def _keep(self, coll: str, sendbuf: Any, recvbuf: Any, sb: Array, rb: Array, extra: Any,
-              nbytes: int, kind: tuple[Any, ...]) -> None:
-        """Remember a shared-memory call made on the user's own 1-D arrays for :meth:`_again`
-        (weakly: no user array is kept alive)."""
-        if sb is sendbuf and rb is recvbuf and self._arena is not None:
-            sig = self._arena.signature(coll, nbytes, kind)
-            self._repeat[coll] = (weakref.ref(sb), weakref.ref(rb), extra, rb.dtype, sig)
-
-    def _op(self, op: OpLike, *bufs: Array) -> Op:
         for b in bufs:
             if b.size:
-                key = (op, b.dtype)
-                found = _CHECKED_OPS.get(key)
-                if found is None:
-                    found = ops.resolve(op)
-                    found.check_dtype(b.dtype, "the buffers")
-                    if len(_CHECKED_OPS) < 1024:
-                        _CHECKED_OPS[key] = found
-                return found
+                return self._cache.op(op, b.dtype)
         return ops.resolve(op)
 
     def _root(self, root: int) -> int:
@@ -326,10 +280,10 @@ class CollectiveCore(ObjectCollectives):
                 raise Timeout(f"barrier #{tag & SEQ_MASK} on {self.name}: {exc}") from exc
 
     def _refuse_reduce(self, exc: TypeError | ValueError, sendbuf: Any, op: OpLike,
-                       algorithm: str | None, blocking: bool) -> NoReturn:
+                       algorithm: str | None, blocking: bool) -> None:
         """The root's buffers are wrong: refuse the call on every rank (see :meth:`_refuse`),
         in the shared windows if that is where the others are (the root's own sendbuf tells
-        which path they took)."""
+        which path they took). The caller raises ``exc``."""
         try:
             sb = bufs.as_array(sendbuf, "sendbuf")
             o = self._op(op, sb)
@@ -341,94 +295,25 @@ class CollectiveCore(ObjectCollectives):
             root = self.rank
             a = self._shm("reduce", None, sb.nbytes, (sb.dtype, o.name, root))
             a.refuse(self._refusal(a.what, exc), type(exc))
-            raise exc
+            return
         self._refuse("reduce", exc)
 
     def _refusal(self, what: str, exc: BaseException) -> str:
         return (f"{what}: the root (world rank {self._ranks[self.rank]}) refused its "
                 f"arguments: {type(exc).__name__}: {exc}")
 
-    def _refuse(self, collective: str, exc: TypeError | ValueError) -> NoReturn:
-        """Raise ``exc``, an error in arguments that only this rank, the root, checks; the
-        other ranks, which cannot see it, are in the call. The root takes the call's number
-        as they do and tells them (those waiting for the root raise the same error type,
-        naming it), and drops the messages they send it in that call: the communicator stays
-        usable on every rank. Cost: two store round trips, on this error path only."""
+    def _refuse(self, collective: str, exc: TypeError | ValueError) -> None:
+        """Refuse the call for ``exc``, an error in arguments that only this rank, the root,
+        checks (the caller raises it); the other ranks, which cannot see it, are in the call.
+        The root takes the call's number as they do and tells them (those waiting for the root
+        raise the same error type, naming it), and drops the messages they send it in that
+        call: the communicator stays usable on every rank. Cost: two store round trips, on
+        this error path only."""
         seq = self._next_seq()
         e = self._engine
         e.refuse_call(self.coll_context, seq,
                       self._refusal(f"{collective} #{seq} on {self.name}", exc),
                       type(exc).__name__)
-        raise exc
-
-    def _small_allreduce(self, sendbuf: Any, rb: Any, op: OpLike,
-                         timeout: float | None) -> bool:
-        """The latency-critical case, checked and run with as little Python as possible.
-
-        A small contiguous array with a built-in op, once the shared windows exist and the cost
-        model picks shared memory for this size: one copy, one sync, one ufunc. A call repeated
-        on the same arrays (a training loop's) skips the checks, unless the arrays' dtypes were
-        reassigned or recvbuf made read-only. Returns False (having done nothing) whenever any
-        condition does not hold.
-        """
-        last = self._last_small
-        sb: Any = rb if sendbuf is IN_PLACE else sendbuf
-        if (last is not None and last[1]() is rb and op is last[2]
-                and (sb is rb or last[0]() is sb) and rb.dtype is last[3] and sb.dtype is last[3]
-                and rb.flags.writeable):
-            o, sig = last[4], last[5]
-        else:
-            plan = self._small_plan(sendbuf, rb, op)
-            if plan is None:
-                return False
-            o, sig = plan
-        if rb.ndim != 1:
-            rb, sb = rb.reshape(-1), sb.reshape(-1)  # views: both are contiguous
-        self.last_algorithm = SHM
-        a = self._shm("allreduce", timeout, sig=sig)
-        try:  # _in_windows inline: the latency-critical path takes no extra call
-            shm.allreduce(a, sb, rb, o)
-        except BaseException as exc:
-            a.abandon(exc)
-            raise
-        return True
-
-    def _small_plan(self, sendbuf: Any, rb: Any, op: OpLike
-                    ) -> tuple[Op, tuple[int, int, str]] | None:
-        """The op and shared-memory signature of a small allreduce on these buffers, or None if
-        it cannot take the small path; a plan found is kept for the next call (weakly)."""
-        if self._arena is None or type(rb) is not self._ndarray:
-            return None
-        nbytes = rb.nbytes
-        if nbytes > SMALL:
-            return None
-        flags = rb.flags
-        if not flags.c_contiguous or not flags.writeable:
-            return None
-        if sendbuf is not IN_PLACE and (
-                type(sendbuf) is not self._ndarray or sendbuf.shape != rb.shape
-                or (sendbuf.dtype is not rb.dtype and sendbuf.dtype != rb.dtype)
-                or not sendbuf.flags.c_contiguous):
-            return None
-        key = (op, rb.dtype, nbytes)
-        plan = self._small_plans.get(key)
-        if plan is None:
-            o = ops.resolve(op)
-            if not o.is_builtin or o.name in ("maxloc", "minloc") or rb.dtype.hasobject:
-                return None
-            o.check_dtype(rb.dtype, "recvbuf")
-            algo = self.selector.choose("allreduce", self.size, nbytes, self.transport,
-                                        commutative=o.commutative, shm=True,
-                                        layout=self._layout)
-            assert self._arena is not None
-            sig = self._arena.signature("allreduce", nbytes, (rb.dtype, o.name))
-            plan = self._small_plans[key] = (o, sig, algo == SHM)
-        o, sig, use = plan
-        if not use:
-            return None
-        self._last_small = (_gone if sendbuf is IN_PLACE else weakref.ref(sendbuf),
-                            weakref.ref(rb), op, rb.dtype, o, sig)
-        return o, sig
 
     # ------------------------------------------------------------------ hierarchy
     def _hosts(self) -> tuple[list[str], list[str]]:

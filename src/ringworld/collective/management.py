@@ -185,8 +185,7 @@ class CommManagement(CollectiveCore):
         """
         self._freed = True
         self._scratch = None
-        self._last_small = None  # the repeated small calls would reach the windows directly
-        self._repeat.clear()
+        self._cache.clear()  # the repeated calls would reach the windows directly
         if self._arena is not None:
             self._arena = None
             self._chan.unmap_shared("arena")

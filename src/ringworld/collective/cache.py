@@ -1,0 +1,147 @@
+"""What a communicator remembers of its collective calls, in one place, keyed on the call.
+
+:class:`CallCache` holds these tables, each bounded and each cleared by ``free``:
+
+* ``shapes`` (and ``last``): the calls that ran in the shared windows, by collective, op or
+  root, and the dtypes and shapes of their arrays (``last``: the last one's arrays, held
+  weakly, so no user buffer is kept alive). A call of a shape seen before skips the checks
+  and the choice of algorithm, which for small calls cost more than the data's copies.
+* ``plans``: the algorithm chosen for a call's shape (collective, size, op order, blocking,
+  algorithm asked for) and whether a blocking allreduce runs hierarchically.
+* ``ops``: each (op, dtype) pair found valid.
+
+The algorithms keep their own memos of pure functions (the selector's costs, the signatures'
+hashes); those depend on nothing a call can change.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from ringworld.collective.markers import IN_PLACE
+from ringworld.comm import ops
+from ringworld.comm.ops import Op
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from ringworld.collective.buffers import Array
+    from ringworld.collective.calls import Call
+
+LIMIT = 4096  # entries per table: a program with endlessly new shapes stops adding, not grows
+
+
+def _in_place() -> Any:
+    """Stands for the weak reference to an ``IN_PLACE`` sendbuf."""
+    return IN_PLACE
+
+
+class Kept(NamedTuple):
+    """A call shape that ran in the shared windows: its windows' signature, resolved op and
+    root, and the runner ``run(arena, sendbuf, recvbuf, op, root)``."""
+
+    sig: tuple[int, int, str]
+    op: Op | None
+    root: int
+    run: Callable[..., None]
+
+
+class CallCache:
+    """A communicator's memory of its calls (see the module's docstring)."""
+
+    __slots__ = ("last", "ndarray", "ops", "plans", "shapes")
+
+    def __init__(self) -> None:
+        # per collective: (the kept shape, weak refs to the last call's sendbuf and recvbuf,
+        # its op or root as passed, its dtype): a loop on the same arrays is found by identity
+        self.last: dict[str, tuple[Kept, Callable[[], Any], Callable[[], Any], Any, Any]] = {}
+        # (collective, op or root as passed, dtypes and shapes of recvbuf and sendbuf) -> Kept
+        self.shapes: dict[tuple[Any, ...], Kept] = {}
+        self.plans: dict[tuple[Any, ...], tuple[str, bool]] = {}
+        self.ops: dict[tuple[Any, np.dtype[Any]], Op] = {}
+        self.ndarray: Any = None  # numpy's ndarray type, once a call has loaded numpy
+
+    def clear(self) -> None:
+        """Forget everything (the communicator was freed)."""
+        self.last.clear()
+        self.shapes.clear()
+        self.plans.clear()
+        self.ops.clear()
+
+    def again(self, coll: str, sendbuf: Any, recvbuf: Any, extra: Any) -> Kept | None:
+        """How to run this call of ``coll`` straight in the shared windows, if one of the same
+        shape ran there: contiguous numpy arrays of the same dtypes and shapes (``recvbuf``
+        writable) and the same ``extra`` (op or root). The last call's arrays are recognised
+        by identity (a few attribute reads), others by their shape (a dict lookup).
+        """
+        last = self.last.get(coll)
+        if (last is not None and last[2]() is recvbuf and last[1]() is sendbuf
+                and last[3] == extra and recvbuf.dtype is last[4]
+                and (sendbuf is IN_PLACE or sendbuf.dtype is last[4])):
+            flags = recvbuf.flags
+            return last[0] if flags.writeable and flags.c_contiguous else None
+        nd = self.ndarray
+        if nd is None or type(recvbuf) is not nd:
+            return None
+        flags = recvbuf.flags
+        if not (flags.writeable and flags.c_contiguous):
+            return None
+        if sendbuf is IN_PLACE:
+            key: tuple[Any, ...] = (coll, extra, recvbuf.dtype, recvbuf.shape)
+            send: Callable[[], Any] = _in_place
+        elif type(sendbuf) is nd and sendbuf.flags.c_contiguous:
+            key = (coll, extra, recvbuf.dtype, recvbuf.shape, sendbuf.dtype, sendbuf.shape)
+            send = weakref.ref(sendbuf)
+        else:
+            return None
+        try:
+            kept = self.shapes.get(key)
+        except TypeError:  # an unhashable op or root: the checked path says what is wrong
+            return None
+        if kept is not None:
+            self.last[coll] = (kept, send, weakref.ref(recvbuf), extra, recvbuf.dtype)
+        return kept
+
+    def keep(self, call: Call, sendbuf: Any, recvbuf: Any, sb: Array, rb: Array, extra: Any,
+             sig: tuple[int, int, str], run: Callable[..., None]) -> None:
+        """Remember ``call``'s shape, just run in the shared windows as ``run(arena, sb, rb,
+        ...)``, for :meth:`again`, if ``sb`` and ``rb`` are the user's numpy arrays (or flat
+        views of them: contiguous arrays always give those) and the call needs no finishing."""
+        nd = self.ndarray = type(rb)
+        if call.finish is not None or type(recvbuf) is not nd:
+            return
+        if sendbuf is IN_PLACE:
+            if sb is not rb:
+                return  # the input was moved aside: a repeat would need that again
+            key: tuple[Any, ...] = (call.collective, extra, recvbuf.dtype, recvbuf.shape)
+            send: Callable[[], Any] = _in_place
+        elif type(sendbuf) is nd:
+            key = (call.collective, extra, recvbuf.dtype, recvbuf.shape, sendbuf.dtype,
+                   sendbuf.shape)
+            send = weakref.ref(sendbuf)
+        else:
+            return
+        kept = Kept(sig, call.op, call.spec.root, run)
+        try:
+            if len(self.shapes) < LIMIT:
+                self.shapes[key] = kept
+        except TypeError:  # an unhashable op or root (accepted by the checks): not kept
+            return
+        self.last[call.collective] = (kept, send, weakref.ref(recvbuf), extra, recvbuf.dtype)
+
+    def op(self, op: Any, dtype: np.dtype[Any]) -> Op:
+        """``op`` resolved and checked against ``dtype``.
+
+        Raises:
+            TypeError / ValueError: an unknown op, or one undefined on ``dtype``.
+        """
+        key = (op, dtype)
+        found = self.ops.get(key)
+        if found is None:
+            found = ops.resolve(op)
+            found.check_dtype(dtype, "the buffers")
+            if len(self.ops) < LIMIT:
+                self.ops[key] = found
+        return found
