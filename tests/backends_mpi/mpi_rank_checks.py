@@ -222,6 +222,48 @@ comm.alltoallw(sends, recvs)
 check(np.concatenate(recvs), np.concatenate([np.full(r + 1, q * 10 + r) for q in range(p)]),
       "alltoallw")
 
+# ---------------------------------------------------------------- in place, everywhere MPI has it
+ip = np.stack([data(q, 3 * p) for q in range(p)]).sum(0)
+b = data(r, 3 * p)
+comm.reduce_scatter_block(IN_PLACE, b)
+check(b[:3], ip[3 * r: 3 * r + 3], "rsb in place")
+b = data(r, sum(counts))
+comm.reduce_scatter(IN_PLACE, b, counts)
+check(b[: counts[r]], full[sum(counts[:r]): sum(counts[: r + 1])], "reduce_scatter in place")
+b = data(r, n)
+comm.scan(IN_PLACE, b)
+check(b, allx[: r + 1].sum(0), "scan in place")
+b = data(r, n)
+comm.exscan(IN_PLACE, b)
+check(b, data(0, n) if r == 0 else allx[:r].sum(0), "exscan in place (rank 0 untouched)")
+b = np.zeros(n * p)
+b[r * n: (r + 1) * n] = data(r, n)
+comm.allgather(IN_PLACE, b)
+check(b, allx.reshape(-1), "allgather in place")
+if r == root:
+    b = np.zeros(n * p)
+    b[r * n: (r + 1) * n] = data(r, n)
+    comm.gather(IN_PLACE, b, root=root)
+    check(b, allx.reshape(-1), "gather in place")
+else:
+    comm.gather(data(r, n), None, root=root)
+if r == root:
+    b = allx.reshape(-1).copy()
+    comm.scatter(b, IN_PLACE, root=root)
+    check(b, allx.reshape(-1), "scatter in place (the root's block stays)")
+else:
+    b = np.empty(n)
+    comm.scatter(None, b, root=root)
+    check(b, data(r, n), "scatter to a rank beside an in-place root")
+b = data(r, 2 * p, "i2")
+comm.alltoall(IN_PLACE, b)
+check(b, np.concatenate([data(q, 2 * p, "i2")[2 * r: 2 * r + 2] for q in range(p)]),
+      "alltoall in place")
+b = data(r, 2 * p)
+comm.alltoallv(IN_PLACE, b, None, [2] * p)
+check(b, np.concatenate([data(q, 2 * p)[2 * r: 2 * r + 2] for q in range(p)]),
+      "alltoallv in place")
+
 # ---------------------------------------------------------------- objects
 check(comm.bcast_obj({"k": r}, root=root), {"k": root}, "bcast_obj")
 check(comm.gather_obj(r * 2, root=0), [q * 2 for q in range(p)] if r == 0 else None,

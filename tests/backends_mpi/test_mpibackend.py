@@ -50,6 +50,19 @@ def test_every_call_matches_numpy_under_mpiexec(n: int) -> None:
     assert all(int(count) >= 55 for _, count in oks), res.stdout
 
 
+@pytest.mark.timeout(200)
+def test_the_same_checks_pass_on_the_native_backend() -> None:
+    """The rank program's every call, in place included, gives the same on the native
+    backend: the two backends share the collective table's checks."""
+    env = {**_env(), "PYTHONPATH": str(SRC)}
+    res = subprocess.run([sys.executable, "-m", "ringworld", "run", "-n", "3", sys.executable,
+                          str(CHECKS)], env=env, capture_output=True, text=True, timeout=180,
+                         check=False)
+    assert res.returncode == 0, res.stdout + res.stderr
+    oks = re.findall(r"CHECKS OK (\d+) (\d+)", res.stdout)
+    assert sorted(int(rank) for rank, _ in oks) == [0, 1, 2], res.stdout
+
+
 @needs_mpi
 @pytest.mark.timeout(200)
 def test_backend_from_the_environment_variable() -> None:

@@ -46,6 +46,8 @@ class Call(NamedTuple):
     per peer each way). ``nbytes`` is the size the algorithm is chosen for (the vector, or one
     block). ``shared`` is (bytes, what the ranks must agree on) for a call the shared windows can
     run, else None. ``finish`` runs once the data is in place (a copy out of a scratch buffer).
+    ``in_place``: the caller passed ``IN_PLACE`` (the arrays already stand for it; a plane with
+    an in-place form of its own, such as MPI, uses that instead).
     """
 
     collective: str
@@ -56,6 +58,7 @@ class Call(NamedTuple):
     equal_blocks: bool = True
     shared: tuple[int, tuple[Any, ...]] | None = None
     finish: Callable[[], None] | None = None
+    in_place: bool = False
 
 
 class Refused(Exception):
@@ -107,7 +110,8 @@ def reduce(f: Frame, sendbuf: Any, recvbuf: Any, op: Any, root: int) -> Call:
         rb = bufs.EMPTY_U8.view(sb.dtype)
     o = f._op(op, sb)
     return Call("reduce", Spec(f.size, f.rank, sb.size, root, commutative=o.commutative),
-                (sb, rb), o, sb.nbytes, shared=(sb.nbytes, (sb.dtype, o.name, root)))
+                (sb, rb), o, sb.nbytes, shared=(sb.nbytes, (sb.dtype, o.name, root)),
+                in_place=sendbuf is IN_PLACE and f.rank == root)
 
 
 def allreduce(f: Frame, sendbuf: Any, recvbuf: Any, op: Any) -> Call:
@@ -119,7 +123,8 @@ def allreduce(f: Frame, sendbuf: Any, recvbuf: Any, op: Any) -> Call:
     # positional: the keyword constructors of Spec and Call cost half a microsecond more
     return Call("allreduce", Spec(f.size, f.rank, rb.size, 0, None, None, None, None,
                                   o.commutative, 0),
-                (sb, rb), o, rb.nbytes, True, (rb.nbytes, (rb.dtype, o.name)), None)
+                (sb, rb), o, rb.nbytes, True, (rb.nbytes, (rb.dtype, o.name)), None,
+                sendbuf is IN_PLACE)
 
 
 def reduce_scatter(f: Frame, sendbuf: Any, recvbuf: Any, counts: Counts, op: Any) -> Call:
@@ -149,7 +154,7 @@ def reduce_scatter(f: Frame, sendbuf: Any, recvbuf: Any, counts: Counts, op: Any
     spec = Spec(p, r, c[0] if c else 0, counts=c if counts is not None else None,
                 commutative=o.commutative)
     return Call(coll, spec, (sb, out), o, sb.nbytes // max(1, p), counts is None,
-                (sb.nbytes, (sb.dtype, o.name)), finish)
+                (sb.nbytes, (sb.dtype, o.name)), finish, sendbuf is IN_PLACE)
 
 
 def scan(f: Frame, coll: str, sendbuf: Any, recvbuf: Any, op: Any) -> Call:
@@ -160,7 +165,7 @@ def scan(f: Frame, coll: str, sendbuf: Any, recvbuf: Any, op: Any) -> Call:
     bufs.check_len(rb, sb.size, "recvbuf", "the size of sendbuf")
     o = f._op(op, rb)
     return Call(coll, Spec(f.size, f.rank, rb.size, commutative=o.commutative), (sb, rb), o,
-                rb.nbytes)
+                rb.nbytes, in_place=sendbuf is IN_PLACE)
 
 
 def gather(f: Frame, sendbuf: Any, recvbuf: Any, root: int) -> Call:
@@ -180,7 +185,8 @@ def gather(f: Frame, sendbuf: Any, recvbuf: Any, root: int) -> Call:
         sb = bufs.as_array(sendbuf, "sendbuf")
         rb = bufs.EMPTY_U8.view(sb.dtype)
         n = sb.size
-    return Call("gather", Spec(p, r, n, root), (sb, rb), nbytes=sb.nbytes)
+    return Call("gather", Spec(p, r, n, root), (sb, rb), nbytes=sb.nbytes,
+                in_place=r == root and sendbuf is IN_PLACE)
 
 
 def gatherv(f: Frame, sendbuf: Any, recvbuf: Any, counts: Counts, displs: Counts,
@@ -204,7 +210,8 @@ def gatherv(f: Frame, sendbuf: Any, recvbuf: Any, counts: Counts, displs: Counts
         sb = bufs.as_array(sendbuf, "sendbuf")
         rb = bufs.EMPTY_U8.view(sb.dtype)
         spec = Spec(p, r, sb.size, root)
-    return Call("gatherv", spec, (sb, rb), nbytes=sb.nbytes)
+    return Call("gatherv", spec, (sb, rb), nbytes=sb.nbytes,
+                in_place=r == root and sendbuf is IN_PLACE)
 
 
 def scatter(f: Frame, sendbuf: Any, recvbuf: Any, root: int) -> Call:
@@ -224,7 +231,8 @@ def scatter(f: Frame, sendbuf: Any, recvbuf: Any, root: int) -> Call:
         rb = bufs.as_array(recvbuf, "recvbuf", writable=True)
         sb = bufs.EMPTY_U8.view(rb.dtype)
         n = rb.size
-    return Call("scatter", Spec(p, r, n, root), (sb, rb), nbytes=rb.nbytes)
+    return Call("scatter", Spec(p, r, n, root), (sb, rb), nbytes=rb.nbytes,
+                in_place=r == root and recvbuf is IN_PLACE)
 
 
 def scatterv(f: Frame, sendbuf: Any, recvbuf: Any, counts: Counts, displs: Counts,
@@ -248,7 +256,8 @@ def scatterv(f: Frame, sendbuf: Any, recvbuf: Any, counts: Counts, displs: Count
         rb = bufs.as_array(recvbuf, "recvbuf", writable=True)
         sb = bufs.EMPTY_U8.view(rb.dtype)
         spec = Spec(p, r, rb.size, root)
-    return Call("scatterv", spec, (sb, rb), nbytes=rb.nbytes)
+    return Call("scatterv", spec, (sb, rb), nbytes=rb.nbytes,
+                in_place=r == root and recvbuf is IN_PLACE)
 
 
 def allgather(f: Frame, sendbuf: Any, recvbuf: Any, counts: Counts, displs: Counts) -> Call:
@@ -262,14 +271,14 @@ def allgather(f: Frame, sendbuf: Any, recvbuf: Any, counts: Counts, displs: Coun
         bufs.check_len(sb, n, "sendbuf", "recvbuf holds size blocks of this length")
         bufs.same_dtype(sb, rb, "sendbuf", "recvbuf")
         return Call("allgather", Spec(p, r, n), (sb, rb), nbytes=sb.nbytes,
-                    shared=(rb.nbytes, (rb.dtype,)))
+                    shared=(rb.nbytes, (rb.dtype,)), in_place=sendbuf is IN_PLACE)
     c, d = bufs.layout(counts, displs, p, rb, "counts", "displs", "recvbuf")
     sb = (rb[d[r] : d[r] + c[r]] if sendbuf is IN_PLACE
           else bufs.as_array(sendbuf, "sendbuf"))
     bufs.check_len(sb, c[r], "sendbuf", "counts[rank]")
     bufs.same_dtype(sb, rb, "sendbuf", "recvbuf")
     return Call("allgatherv", Spec(p, r, c[r], counts=c, displs=d), (sb, rb), nbytes=sb.nbytes,
-                equal_blocks=False)
+                equal_blocks=False, in_place=sendbuf is IN_PLACE)
 
 
 def alltoall(f: Frame, sendbuf: Any, recvbuf: Any) -> Call:
@@ -280,7 +289,7 @@ def alltoall(f: Frame, sendbuf: Any, recvbuf: Any) -> Call:
     bufs.same_dtype(sb, rb, "sendbuf", "recvbuf")
     bufs.check_len(sb, rb.size, "sendbuf", "the size of recvbuf")
     return Call("alltoall", Spec(p, r, n), (sb, rb), nbytes=sb.nbytes // p,
-                shared=(rb.nbytes, (rb.dtype,)))
+                shared=(rb.nbytes, (rb.dtype,)), in_place=sendbuf is IN_PLACE)
 
 
 def alltoallv(f: Frame, sendbuf: Any, recvbuf: Any, sendcounts: Sequence[int],
@@ -298,7 +307,8 @@ def alltoallv(f: Frame, sendbuf: Any, recvbuf: Any, sendcounts: Sequence[int],
         raise ValueError(f"sendcounts[{r}]={sc[r]} but recvcounts[{r}]={rc[r]}: this rank's "
                          "block to itself must have one size")
     spec = Spec(p, r, 0, counts=sc, displs=sd, rcounts=rc, rdispls=rd)
-    return Call("alltoallv", spec, (sb, rb), nbytes=sb.nbytes // p)
+    return Call("alltoallv", spec, (sb, rb), nbytes=sb.nbytes // p,
+                in_place=sendbuf is IN_PLACE)
 
 
 def alltoallw(f: Frame, sendbufs: Sequence[Any], recvbufs: Sequence[Any]) -> Call:

@@ -11,7 +11,6 @@ from mpi4py import MPI
 
 from ringworld.backends.mpi._requests import Matcher, Poller
 from ringworld.collective import buffers as bufs
-from ringworld.collective.markers import IN_PLACE
 from ringworld.comm.requests import ANY_SOURCE, ANY_TAG, TAG_UB
 from ringworld.errors import CommError
 
@@ -109,12 +108,3 @@ class Base:
     def _bytes(a: bufs.Array) -> Any:
         """``[uint8 view, nbytes, MPI.BYTE]``: data moves as bytes."""
         return [a.view(np.uint8), a.nbytes, MPI.BYTE]
-
-    @staticmethod
-    def _block(a: bufs.Array, n: int) -> Any:
-        """A buffer of one block per rank, ``n`` elements each, as bytes."""
-        return [a.view(np.uint8), n * a.itemsize, MPI.BYTE]
-
-    @staticmethod
-    def _in_place(buf: Any) -> bool:
-        return buf is IN_PLACE
