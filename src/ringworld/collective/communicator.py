@@ -26,6 +26,7 @@ from ringworld.collective.core import OpLike
 from ringworld.collective.management import CommManagement
 from ringworld.collective.markers import IN_PLACE, UNDEFINED
 from ringworld.comm import ops
+from ringworld.comm.hooks import observable, observed
 from ringworld.comm.ops import Op
 from ringworld.comm.requests import (
     CompletedRequest,
@@ -43,6 +44,7 @@ else:  # imported on the first collective call: init() and point-to-point never 
 __all__ = ["IN_PLACE", "UNDEFINED", "Communicator"]
 
 
+@observed
 class Communicator(CommManagement):
     """A group of ranks with point-to-point messaging and the full collective set."""
 
@@ -155,6 +157,7 @@ class Communicator(CommManagement):
             raise
 
     # ------------------------------------------------------------------ bcast
+    @observable("collective")
     def bcast(self, buf: Any, root: int = 0, *, algorithm: str | None = None,
               timeout: float | None = None) -> None:
         """Copy ``buf`` of ``root`` into ``buf`` of every rank.
@@ -170,11 +173,13 @@ class Communicator(CommManagement):
             return
         self._run(calls.bcast, (buf, root), algorithm, True, timeout, (buf, buf, root))
 
+    @observable("collective", start=True)
     def ibcast(self, buf: Any, root: int = 0, *, algorithm: str | None = None) -> Request[None]:
         """Start a broadcast; ``buf`` must not be touched until the request completes."""
         return self._run(calls.bcast, (buf, root), algorithm, False, None)
 
     # ------------------------------------------------------------------ reductions
+    @observable("collective")
     def reduce(self, sendbuf: Any, recvbuf: Any, op: OpLike = ops.SUM, root: int = 0, *,
                algorithm: str | None = None, timeout: float | None = None) -> None:
         """Combine every rank's ``sendbuf`` with ``op`` into ``recvbuf`` of ``root``.
@@ -188,11 +193,13 @@ class Communicator(CommManagement):
         """
         self._run(calls.reduce, (sendbuf, recvbuf, op, root), algorithm, True, timeout)
 
+    @observable("collective", start=True)
     def ireduce(self, sendbuf: Any, recvbuf: Any, op: OpLike = ops.SUM, root: int = 0, *,
                 algorithm: str | None = None) -> Request[None]:
         """Start a reduce; buffers must not be touched until the request completes."""
         return self._run(calls.reduce, (sendbuf, recvbuf, op, root), algorithm, False, None)
 
+    @observable("collective")
     def allreduce(self, sendbuf: Any, recvbuf: Any, op: OpLike = ops.SUM, *,
                   algorithm: str | None = None, timeout: float | None = None) -> None:
         """Combine every rank's ``sendbuf`` with ``op``; every rank gets the result.
@@ -212,6 +219,7 @@ class Communicator(CommManagement):
         self._run(calls.allreduce, (sendbuf, recvbuf, op), algorithm, True, timeout,
                   (sendbuf, recvbuf, op))
 
+    @observable("collective", start=True)
     def iallreduce(self, sendbuf: Any, recvbuf: Any, op: OpLike = ops.SUM, *,
                    algorithm: str | None = None) -> Request[None]:
         """Start an allreduce; buffers must not be touched until the request completes."""
@@ -276,6 +284,7 @@ class Communicator(CommManagement):
                                  f"a composite collective with {type(exc).__name__}: {exc}",
                                  kind)
 
+    @observable("collective")
     def reduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: OpLike = ops.SUM, *,
                              algorithm: str | None = None,
                              timeout: float | None = None) -> None:
@@ -293,12 +302,14 @@ class Communicator(CommManagement):
         self._run(calls.reduce_scatter, (sendbuf, recvbuf, None, op), algorithm, True, timeout,
                   (sendbuf, recvbuf, op))
 
+    @observable("collective", start=True)
     def ireduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: OpLike = ops.SUM, *,
                               algorithm: str | None = None) -> Request[None]:
         """Start a reduce_scatter_block."""
         return self._run(calls.reduce_scatter, (sendbuf, recvbuf, None, op), algorithm, False,
                          None)
 
+    @observable("collective")
     def reduce_scatter(self, sendbuf: Any, recvbuf: Any, counts: Sequence[int],
                        op: OpLike = ops.SUM, *, algorithm: str | None = None,
                        timeout: float | None = None) -> None:
@@ -309,12 +320,14 @@ class Communicator(CommManagement):
         """
         self._run(calls.reduce_scatter, (sendbuf, recvbuf, counts, op), algorithm, True, timeout)
 
+    @observable("collective", start=True)
     def ireduce_scatter(self, sendbuf: Any, recvbuf: Any, counts: Sequence[int],
                         op: OpLike = ops.SUM, *, algorithm: str | None = None) -> Request[None]:
         """Start a reduce_scatter."""
         return self._run(calls.reduce_scatter, (sendbuf, recvbuf, counts, op), algorithm, False,
                          None)
 
+    @observable("collective")
     def scan(self, sendbuf: Any, recvbuf: Any, op: OpLike = ops.SUM, *,
              algorithm: str | None = None, timeout: float | None = None) -> None:
         """Inclusive prefix reduction: rank i gets ``op`` over ranks 0..i, in rank order.
@@ -324,11 +337,13 @@ class Communicator(CommManagement):
         """
         self._run(calls.scan, ("scan", sendbuf, recvbuf, op), algorithm, True, timeout)
 
+    @observable("collective", start=True)
     def iscan(self, sendbuf: Any, recvbuf: Any, op: OpLike = ops.SUM, *,
               algorithm: str | None = None) -> Request[None]:
         """Start a scan."""
         return self._run(calls.scan, ("scan", sendbuf, recvbuf, op), algorithm, False, None)
 
+    @observable("collective")
     def exscan(self, sendbuf: Any, recvbuf: Any, op: OpLike = ops.SUM, *,
                algorithm: str | None = None, timeout: float | None = None) -> None:
         """Exclusive prefix reduction: rank i gets ``op`` over ranks 0..i-1 (rank 0: untouched).
@@ -338,12 +353,14 @@ class Communicator(CommManagement):
         """
         self._run(calls.scan, ("exscan", sendbuf, recvbuf, op), algorithm, True, timeout)
 
+    @observable("collective", start=True)
     def iexscan(self, sendbuf: Any, recvbuf: Any, op: OpLike = ops.SUM, *,
                 algorithm: str | None = None) -> Request[None]:
         """Start an exscan."""
         return self._run(calls.scan, ("exscan", sendbuf, recvbuf, op), algorithm, False, None)
 
     # ------------------------------------------------------------------ gather / scatter
+    @observable("collective")
     def gather(self, sendbuf: Any, recvbuf: Any, root: int = 0, *,
                algorithm: str | None = None, timeout: float | None = None) -> None:
         """Collect every rank's ``sendbuf`` into ``recvbuf`` of ``root`` (block i from rank i).
@@ -356,11 +373,13 @@ class Communicator(CommManagement):
         """
         self._run(calls.gather, (sendbuf, recvbuf, root), algorithm, True, timeout)
 
+    @observable("collective", start=True)
     def igather(self, sendbuf: Any, recvbuf: Any, root: int = 0, *,
                 algorithm: str | None = None) -> Request[None]:
         """Start a gather."""
         return self._run(calls.gather, (sendbuf, recvbuf, root), algorithm, False, None)
 
+    @observable("collective")
     def gatherv(self, sendbuf: Any, recvbuf: Any, counts: Sequence[int] | None = None,
                 displs: Sequence[int] | None = None, root: int = 0, *,
                 algorithm: str | None = None, timeout: float | None = None) -> None:
@@ -374,6 +393,7 @@ class Communicator(CommManagement):
         self._run(calls.gatherv, (sendbuf, recvbuf, counts, displs, root), algorithm, True,
                   timeout)
 
+    @observable("collective", start=True)
     def igatherv(self, sendbuf: Any, recvbuf: Any, counts: Sequence[int] | None = None,
                  displs: Sequence[int] | None = None, root: int = 0, *,
                  algorithm: str | None = None) -> Request[None]:
@@ -381,6 +401,7 @@ class Communicator(CommManagement):
         return self._run(calls.gatherv, (sendbuf, recvbuf, counts, displs, root), algorithm,
                          False, None)
 
+    @observable("collective")
     def scatter(self, sendbuf: Any, recvbuf: Any, root: int = 0, *,
                 algorithm: str | None = None, timeout: float | None = None) -> None:
         """Send block i of ``root``'s ``sendbuf`` to rank i's ``recvbuf``.
@@ -393,11 +414,13 @@ class Communicator(CommManagement):
         """
         self._run(calls.scatter, (sendbuf, recvbuf, root), algorithm, True, timeout)
 
+    @observable("collective", start=True)
     def iscatter(self, sendbuf: Any, recvbuf: Any, root: int = 0, *,
                  algorithm: str | None = None) -> Request[None]:
         """Start a scatter."""
         return self._run(calls.scatter, (sendbuf, recvbuf, root), algorithm, False, None)
 
+    @observable("collective")
     def scatterv(self, sendbuf: Any, recvbuf: Any, counts: Sequence[int] | None = None,
                  displs: Sequence[int] | None = None, root: int = 0, *,
                  algorithm: str | None = None, timeout: float | None = None) -> None:
@@ -409,6 +432,7 @@ class Communicator(CommManagement):
         self._run(calls.scatterv, (sendbuf, recvbuf, counts, displs, root), algorithm, True,
                   timeout)
 
+    @observable("collective", start=True)
     def iscatterv(self, sendbuf: Any, recvbuf: Any, counts: Sequence[int] | None = None,
                   displs: Sequence[int] | None = None, root: int = 0, *,
                   algorithm: str | None = None) -> Request[None]:
@@ -417,6 +441,7 @@ class Communicator(CommManagement):
                          False, None)
 
     # ------------------------------------------------------------------ allgather
+    @observable("collective")
     def allgather(self, sendbuf: Any, recvbuf: Any, *, algorithm: str | None = None,
                   timeout: float | None = None) -> None:
         """Every rank gets every rank's ``sendbuf``: block i of ``recvbuf`` from rank i.
@@ -431,12 +456,14 @@ class Communicator(CommManagement):
         self._run(calls.allgather, (sendbuf, recvbuf, None, None), algorithm, True, timeout,
                   (sendbuf, recvbuf, None))
 
+    @observable("collective", start=True)
     def iallgather(self, sendbuf: Any, recvbuf: Any, *,
                    algorithm: str | None = None) -> Request[None]:
         """Start an allgather."""
         return self._run(calls.allgather, (sendbuf, recvbuf, None, None), algorithm, False,
                          None)
 
+    @observable("collective")
     def allgatherv(self, sendbuf: Any, recvbuf: Any, counts: Sequence[int],
                    displs: Sequence[int] | None = None, *, algorithm: str | None = None,
                    timeout: float | None = None) -> None:
@@ -447,6 +474,7 @@ class Communicator(CommManagement):
         """
         self._run(calls.allgather, (sendbuf, recvbuf, counts, displs), algorithm, True, timeout)
 
+    @observable("collective", start=True)
     def iallgatherv(self, sendbuf: Any, recvbuf: Any, counts: Sequence[int],
                     displs: Sequence[int] | None = None, *,
                     algorithm: str | None = None) -> Request[None]:
@@ -455,6 +483,7 @@ class Communicator(CommManagement):
                          None)
 
     # ------------------------------------------------------------------ alltoall
+    @observable("collective")
     def alltoall(self, sendbuf: Any, recvbuf: Any, *, algorithm: str | None = None,
                  timeout: float | None = None) -> None:
         """Block j of rank i's ``sendbuf`` goes to block i of rank j's ``recvbuf``.
@@ -469,11 +498,13 @@ class Communicator(CommManagement):
         self._run(calls.alltoall, (sendbuf, recvbuf), algorithm, True, timeout,
                   (sendbuf, recvbuf, None))
 
+    @observable("collective", start=True)
     def ialltoall(self, sendbuf: Any, recvbuf: Any, *,
                   algorithm: str | None = None) -> Request[None]:
         """Start an alltoall."""
         return self._run(calls.alltoall, (sendbuf, recvbuf), algorithm, False, None)
 
+    @observable("collective")
     def alltoallv(self, sendbuf: Any, recvbuf: Any, sendcounts: Sequence[int],
                   recvcounts: Sequence[int], sdispls: Sequence[int] | None = None,
                   rdispls: Sequence[int] | None = None, *, algorithm: str | None = None,
@@ -488,6 +519,7 @@ class Communicator(CommManagement):
         self._run(calls.alltoallv, (sendbuf, recvbuf, sendcounts, recvcounts, sdispls, rdispls),
                   algorithm, True, timeout)
 
+    @observable("collective", start=True)
     def ialltoallv(self, sendbuf: Any, recvbuf: Any, sendcounts: Sequence[int],
                    recvcounts: Sequence[int], sdispls: Sequence[int] | None = None,
                    rdispls: Sequence[int] | None = None, *,
@@ -496,6 +528,7 @@ class Communicator(CommManagement):
         return self._run(calls.alltoallv, (sendbuf, recvbuf, sendcounts, recvcounts, sdispls,
                                           rdispls), algorithm, False, None)
 
+    @observable("collective")
     def alltoallw(self, sendbufs: Sequence[Any], recvbufs: Sequence[Any], *,
                   algorithm: str | None = None, timeout: float | None = None) -> None:
         """The most general alltoall: one buffer per peer each way, of any dtype and size.
@@ -508,6 +541,7 @@ class Communicator(CommManagement):
         """
         self._run(calls.alltoallw, (sendbufs, recvbufs), algorithm, True, timeout)
 
+    @observable("collective", start=True)
     def ialltoallw(self, sendbufs: Sequence[Any], recvbufs: Sequence[Any], *,
                    algorithm: str | None = None) -> Request[None]:
         """Start an alltoallw."""

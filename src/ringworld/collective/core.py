@@ -21,6 +21,7 @@ from ringworld.collective.cache import CallCache
 from ringworld.collective.objects import ObjectCollectives
 from ringworld.comm import ops
 from ringworld.comm.engine import Engine
+from ringworld.comm.hooks import observable, observed
 from ringworld.comm.ops import Op
 from ringworld.comm.requests import (
     SEQ_MASK,
@@ -51,6 +52,7 @@ else:  # imported on the first collective call: init() and point-to-point never 
 OpLike = Op | str
 
 
+@observed
 class CollectiveCore(ObjectCollectives):
     """A communicator's collective state and the steps every collective call takes."""
 
@@ -232,6 +234,7 @@ class CollectiveCore(ObjectCollectives):
         return int(root)
 
     # ------------------------------------------------------------------ barrier
+    @observable("collective")
     def barrier(self, *, algorithm: str | None = None, timeout: float | None = None) -> None:
         """Block until every rank has entered the barrier (dissemination: log2 p rounds).
 
@@ -240,6 +243,7 @@ class CollectiveCore(ObjectCollectives):
         """
         self._barrier(algorithm, True, timeout)
 
+    @observable("collective", start=True)
     def ibarrier(self, *, algorithm: str | None = None) -> Request[None]:
         """Start a barrier; the request completes once every rank has entered it."""
         return self._barrier(algorithm, False, None)

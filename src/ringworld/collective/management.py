@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Self
 from ringworld._lazy import LazyModule
 from ringworld.collective.core import CollectiveCore
 from ringworld.collective.markers import UNDEFINED
+from ringworld.comm.hooks import observable, observed
 from ringworld.comm.point_to_point import _as_int
 from ringworld.errors import CommError, CommRevoked
 
@@ -26,6 +27,7 @@ else:  # imported on first use: init() and point-to-point never load numpy
     np = LazyModule("numpy", globals(), "np")
 
 
+@observed
 class CommManagement(CollectiveCore):
     """Making communicators from this one, and living with failed members."""
 
@@ -54,6 +56,7 @@ class CommManagement(CollectiveCore):
         base.selector = self.selector
         return base
 
+    @observable("management")
     def dup(self, name: str | None = None) -> Self:
         """A new communicator with the same ranks and its own message contexts.
 
@@ -65,6 +68,7 @@ class CommManagement(CollectiveCore):
         ctx, _ = self._agree_context()
         return self._derive(self._ranks, ctx, name or f"{self.name}.dup")
 
+    @observable("management")
     def split(self, color: int | None, key: int = 0, name: str | None = None) -> Self | None:
         """Partition into one communicator per ``color``, ranked by (``key``, old rank).
 
@@ -86,6 +90,7 @@ class CommManagement(CollectiveCore):
         return self._derive([self._ranks[i] for _, i in members], ctx,
                             name or f"{self.name}.split{col}")
 
+    @observable("management")
     def create(self, ranks: Sequence[int], name: str | None = None) -> Self | None:
         """A communicator of ``ranks`` (ranks of this one, in new-rank order); None elsewhere.
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from ringworld.comm import ops
 from ringworld.comm import serialize as objects
+from ringworld.comm.hooks import observable, observed
 from ringworld.comm.point_to_point import PointToPoint
 from ringworld.comm.requests import SEQ_MASK, SIG_SHIFT, Request, wait_all
 from ringworld.errors import CommError, PeerFailure, Timeout
@@ -56,6 +57,7 @@ def _in_rank_order(p: int, r: int, own: Any, got: Iterator[tuple[int, memoryview
     return out
 
 
+@observed
 class ObjectCollectives(PointToPoint):
     """The object forms of the collectives (blocking; values of any picklable type)."""
 
@@ -109,6 +111,7 @@ class ObjectCollectives(PointToPoint):
         self._world(root, "root")
         return int(root)
 
+    @observable("collective")
     def bcast_obj(self, obj: Any, root: int = 0, *, timeout: float | None = None) -> Any:
         """Return ``root``'s ``obj`` on every rank (the root gets its own object back).
 
@@ -143,6 +146,7 @@ class ObjectCollectives(PointToPoint):
         wait_all(sends, timeout)
         return obj if v == 0 else enc.value()
 
+    @observable("collective")
     def gather_obj(self, obj: Any, root: int = 0, *,
                    timeout: float | None = None) -> list[Any] | None:
         """A list of every rank's ``obj`` (index i from rank i) at ``root``; None elsewhere.
@@ -164,6 +168,7 @@ class ObjectCollectives(PointToPoint):
             got = iter(wait_all(reqs, timeout))
             return _in_rank_order(p, r, obj, got)
 
+    @observable("collective")
     def scatter_obj(self, objs: Sequence[Any] | None, root: int = 0, *,
                     timeout: float | None = None) -> Any:
         """Rank i gets ``objs[i]`` of ``root`` (``objs`` matters only at the root).
@@ -189,6 +194,7 @@ class ObjectCollectives(PointToPoint):
             tag = self._obj_seq("scatter_obj", root)
             return self._recv(root, tag, timeout).value()
 
+    @observable("collective")
     def allgather_obj(self, obj: Any, *, timeout: float | None = None) -> list[Any]:
         """A list of every rank's ``obj`` on every rank; pickled once per rank.
 
@@ -207,6 +213,7 @@ class ObjectCollectives(PointToPoint):
             got = iter(wait_all(reqs + sends, timeout)[: len(reqs)])
             return _in_rank_order(p, r, obj, got)
 
+    @observable("collective")
     def alltoall_obj(self, objs: Sequence[Any], *, timeout: float | None = None) -> list[Any]:
         """Item j of rank i's ``objs`` becomes item i of rank j's result.
 
@@ -226,6 +233,7 @@ class ObjectCollectives(PointToPoint):
             got = iter(wait_all(reqs + sends, timeout)[: len(reqs)])
             return _in_rank_order(p, r, objs[r], got)
 
+    @observable("collective")
     def reduce_obj(self, obj: Any, op: ops.Op | str = ops.SUM, root: int = 0, *,
                    timeout: float | None = None) -> Any:
         """``op`` over every rank's ``obj`` in rank order, at ``root``; None elsewhere.
@@ -264,6 +272,7 @@ class ObjectCollectives(PointToPoint):
             return None
         return self._recv(0, tag, timeout).value() if r == root else None
 
+    @observable("collective")
     def allreduce_obj(self, obj: Any, op: ops.Op | str = ops.SUM, *,
                       timeout: float | None = None) -> Any:
         """``op`` over every rank's ``obj`` in rank order, on every rank (computed once).
@@ -278,6 +287,7 @@ class ObjectCollectives(PointToPoint):
             acc = self._reduce_obj(obj, o, 0, tag, timeout)
             return self._bcast_obj(acc, 0, self._obj_seq("allreduce_obj", 0, o.name), timeout)
 
+    @observable("collective")
     def scan_obj(self, obj: Any, op: ops.Op | str = ops.SUM, *,
                  timeout: float | None = None) -> Any:
         """``op`` over the values of ranks 0..rank, in rank order (a chain).
@@ -287,6 +297,7 @@ class ObjectCollectives(PointToPoint):
         """
         return self._chain("scan_obj", obj, op, timeout, inclusive=True)
 
+    @observable("collective")
     def exscan_obj(self, obj: Any, op: ops.Op | str = ops.SUM, *,
                    timeout: float | None = None) -> Any:
         """``op`` over the values of ranks 0..rank-1 (None on rank 0), in rank order.

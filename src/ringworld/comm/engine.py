@@ -22,6 +22,7 @@ from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from ringworld.comm.calls import CallChecks, _nothing
+from ringworld.comm.hooks import observable, observed
 from ringworld.comm.requests import (
     ACK_CONTEXT,
     ANY_SOURCE,
@@ -70,6 +71,7 @@ def usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
+@observed
 class Engine(CallChecks):
     """Matching and progress for one rank over its transports."""
 
@@ -496,6 +498,7 @@ class Engine(CallChecks):
             self.dead[exc.rank] = exc
             self.calm = False
 
+    @observable("wait")
     def wait_for(self, cond: Callable[[], bool], timeout: float | None,
                  describe: Callable[[], str],
                  depends: Callable[[Collection[int]], int | None] | None = None) -> None:

@@ -20,6 +20,7 @@ from typing import Any, Self, TypeVar
 from ringworld.comm import serialize as objects
 from ringworld.comm.channel import Channel, ObjectRecvRequest
 from ringworld.comm.engine import SELF_CONTEXT, Engine
+from ringworld.comm.hooks import observable, observed
 from ringworld.comm.requests import (
     ANY_SOURCE,
     ANY_TAG,
@@ -87,6 +88,7 @@ def recv_view(buf: Any, name: str = "buf") -> memoryview:
     return mv
 
 
+@observed
 class PointToPoint:
     """A group of ranks that exchange messages; ranks are numbered 0..size-1 within it."""
 
@@ -163,6 +165,7 @@ class PointToPoint:
         return self._chan.oversubscribed
 
     # ------------------------------------------------------------------ buffers
+    @observable("p2p", start=True)
     def isend(self, buf: Any, dest: int, tag: int = 0) -> Request[None]:
         """Start sending the bytes of ``buf`` to ``dest``; the buffer must not change until done.
 
@@ -177,6 +180,7 @@ class PointToPoint:
         h = self._engine.isend(w, self.context, self._send_tag(tag), 0, (view,), len(view))
         return SendRequest(self._engine, h, w, view, self.context)
 
+    @observable("p2p")
     def send(self, buf: Any, dest: int, tag: int = 0, *, timeout: float | None = None) -> None:
         """Send the bytes of ``buf`` to ``dest``; returns when ``buf`` may be reused.
 
@@ -214,6 +218,7 @@ class PointToPoint:
         if not h.done:
             SendRequest(engine, h, w, keep, self.context).wait(timeout)
 
+    @observable("p2p", start=True)
     def irecv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request[Status]:
         """Start receiving a message into ``buf``; ``wait()`` returns its :class:`Status`.
 
@@ -226,6 +231,7 @@ class PointToPoint:
         self._engine.post(req)
         return req
 
+    @observable("p2p")
     def recv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG, *,
              timeout: float | None = None) -> Status:
         """Receive a message into ``buf`` and return its :class:`Status`.
@@ -254,6 +260,7 @@ class PointToPoint:
         return _post_and_wait(
             BufferRecvRequest(engine, self.context, src, rtag, view, self._to_comm), timeout)
 
+    @observable("p2p")
     def sendrecv(self, sendbuf: Any, dest: int, recvbuf: Any, source: int = ANY_SOURCE,
                  sendtag: int = 0, recvtag: int = ANY_TAG, *,
                  timeout: float | None = None) -> Status:
@@ -268,6 +275,7 @@ class PointToPoint:
         assert r.status is not None
         return r.status
 
+    @observable("p2p", start=True)
     def issend(self, buf: Any, dest: int, tag: int = 0) -> Request[None]:
         """Start a synchronous send of ``buf``: the request completes once a receive on
         ``dest`` has matched the message (not merely once it is buffered), as MPI_Issend.
@@ -282,6 +290,7 @@ class PointToPoint:
         return self._engine.isend_sync(w, self.context, self._send_tag(tag), 0, (view,),
                                        len(view), view)
 
+    @observable("p2p")
     def ssend(self, buf: Any, dest: int, tag: int = 0, *, timeout: float | None = None) -> None:
         """Send ``buf`` synchronously: return once a receive on ``dest`` has matched it.
 
@@ -293,6 +302,7 @@ class PointToPoint:
         self.issend(buf, dest, tag).wait(timeout)
 
     # ------------------------------------------------------------------ objects
+    @observable("p2p", start=True)
     def issend_obj(self, obj: Any, dest: int, tag: int = 0) -> Request[None]:
         """Start a synchronous send of a picklable value (see :meth:`issend`)."""
         w = self._world(dest, "dest")
@@ -301,11 +311,13 @@ class PointToPoint:
         return self._engine.isend_sync(w, self.context, t, flags, segments, nbytes,
                                        (segments, keep))
 
+    @observable("p2p")
     def ssend_obj(self, obj: Any, dest: int, tag: int = 0, *,
                   timeout: float | None = None) -> None:
         """Send a picklable value synchronously (see :meth:`ssend`)."""
         self.issend_obj(obj, dest, tag).wait(timeout)
 
+    @observable("p2p", start=True)
     def isend_obj(self, obj: Any, dest: int, tag: int = 0) -> Request[None]:
         """Start sending a picklable value to ``dest``.
 
@@ -319,6 +331,7 @@ class PointToPoint:
         h = self._engine.isend(w, self.context, t, flags, segments, nbytes)
         return SendRequest(self._engine, h, w, (segments, keep), self.context)
 
+    @observable("p2p")
     def send_obj(self, obj: Any, dest: int, tag: int = 0, *,
                  timeout: float | None = None) -> None:
         """Send a picklable value to ``dest`` (numpy arrays inside go out-of-band, uncopied).
@@ -329,6 +342,7 @@ class PointToPoint:
         segments, nbytes, flags, keep = objects.encode(obj)
         self._send_blocking(dest, tag, flags, segments, nbytes, (segments, keep), timeout)
 
+    @observable("p2p", start=True)
     def irecv_obj(self, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request[Any]:
         """Start receiving a value; ``wait()`` returns it, ``status`` says where it came from."""
         req = ObjectRecvRequest(self._engine, self.context, self._source(source),
@@ -336,6 +350,7 @@ class PointToPoint:
         self._engine.post(req)
         return req
 
+    @observable("p2p")
     def recv_obj(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, *,
                  timeout: float | None = None) -> Any:
         """Receive a value sent with :meth:`send_obj` and return it.
@@ -359,6 +374,7 @@ class PointToPoint:
         return _post_and_wait(
             ObjectRecvRequest(engine, self.context, src, rtag, None, self._to_comm), timeout)
 
+    @observable("p2p")
     def sendrecv_obj(self, obj: Any, dest: int, source: int = ANY_SOURCE, sendtag: int = 0,
                      recvtag: int = ANY_TAG, *, timeout: float | None = None) -> Any:
         """Send ``obj`` to ``dest`` and receive a value at once; return the received value."""
@@ -375,6 +391,7 @@ class PointToPoint:
         m = self._engine.find_unexpected(self.context, src, t)
         return None if m is None else Status(self._to_comm(m.source), m.tag, m.nbytes)
 
+    @observable("p2p")
     def probe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, *,
               timeout: float | None = None) -> Status:
         """Block until a message matching (source, tag) is available; return its status.

@@ -1,9 +1,10 @@
 """Record every communication call of this rank as Chrome/Perfetto trace events.
 
 Tracing is opt-in (``RINGWORLD_TRACE=path`` or ``ringworld run --trace``) and costs nothing when
-off: :func:`enable` replaces the public methods of :class:`~ringworld.collective.communicator.
-Communicator` (point-to-point, collectives, object collectives, their nonblocking forms) and the
-engine's blocking wait with timed wrappers, once per process. Each rank appends its events to
+off: :func:`enable` hands timed wrappers to the hook points of :mod:`ringworld.comm.hooks`
+(the methods the communicator marks observable: point-to-point, collectives, object
+collectives, their nonblocking forms, communicator management, and the engine's blocking wait),
+once per process. Each rank appends its events to
 ``<path>.rank<N>`` as JSON lines; the launcher (or :func:`ringworld.trace.merge.merge`) joins the
 parts into one file that ui.perfetto.dev and chrome://tracing open.
 
@@ -30,15 +31,8 @@ import time
 from collections.abc import Callable
 from typing import IO, Any
 
-P2P = ("send", "recv", "sendrecv", "send_obj", "recv_obj", "sendrecv_obj", "probe",
-       "isend", "irecv", "isend_obj", "irecv_obj")
-COLLECTIVES = (
-    "barrier", "bcast", "reduce", "allreduce", "reduce_scatter_block", "reduce_scatter",
-    "scan", "exscan", "gather", "gatherv", "scatter", "scatterv", "allgather", "allgatherv",
-    "alltoall", "alltoallv", "alltoallw")
-OBJECT_COLLECTIVES = ("bcast_obj", "gather_obj", "scatter_obj", "allgather_obj", "alltoall_obj",
-                      "reduce_obj", "allreduce_obj", "scan_obj", "exscan_obj")
-MANAGEMENT = ("dup", "split", "create")
+from ringworld.comm import hooks
+
 FLUSH_EVERY = 4096        # events buffered before they are appended to the part file
 REQUEST_TRACK = 1 << 20   # tid offset of a communicator's nonblocking-request track
 WAIT_TRACK = 1 << 21      # tid of the track of request waits (wait, wait_all, ...)
@@ -178,19 +172,24 @@ def _arg_reader(fn: Callable[..., Any], name: str) -> Callable[[tuple[Any, ...],
     return read
 
 
-def _wrap(cls: type, method: str, cat: str) -> None:
-    fn = cls.__dict__.get(method) or getattr(cls, method, None)
-    if fn is None or getattr(fn, "__ringworld_traced__", False):
-        return
+def _wrapper(mark: hooks.Mark, method: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The timed replacement of an observable method (see :mod:`ringworld.comm.hooks`)."""
+    if mark.category == "wait":
+        return _wrap_wait(fn)
+    return _wrap(fn, method, mark)
+
+
+def _wrap(fn: Callable[..., Any], method: str, mark: hooks.Mark) -> Callable[..., Any]:
+    cat = mark.category
     peer_names = ("dest", "source", "root")
     readers = [(n, _arg_reader(fn, n)) for n in peer_names]
     tag_of = _arg_reader(fn, "tag")
     first = list(inspect.signature(fn).parameters)[1:2]
     buf_of = _arg_reader(fn, first[0]) if first else (lambda args, kwargs: None)
     recv_of = _arg_reader(fn, "recvbuf")
-    nonblocking = method.startswith("i") and not method.startswith("iprobe") \
-        and method[1:] in (*P2P, *COLLECTIVES)
-    name = method[1:] if nonblocking else method
+    nonblocking = mark.start
+    # the buffer collectives name the algorithm that ran (object ones and the rest do not)
+    names_algorithm = cat == "collective" and not method.endswith("_obj")
 
     @functools.wraps(fn)
     def traced(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -225,25 +224,20 @@ def _wrap(cls: type, method: str, cat: str) -> None:
             rec.depth -= 1
             rec.current = None
         end = _now_us()
-        if name in COLLECTIVES:
+        if names_algorithm:
             info["algorithm"] = getattr(self, "last_algorithm", "")
         if nonblocking:
             rec.complete(method, "post", start, end, tid, info)
             if result is not None and hasattr(result, "done"):
-                rec.watch(result, name, start, tid, info)
+                rec.watch(result, method[1:], start, tid, info)
         else:
             rec.complete(method, cat, start, end, tid, info)
         return result
 
-    traced.__ringworld_traced__ = True  # type: ignore[attr-defined]
-    setattr(cls, method, traced)
+    return traced
 
 
-def _wrap_wait(engine_cls: type) -> None:
-    fn = engine_cls.__dict__["wait_for"]
-    if getattr(fn, "__ringworld_traced__", False):
-        return
-
+def _wrap_wait(fn: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(fn)
     def traced(self: Any, cond: Callable[[], bool], timeout: float | None,
                describe: Callable[[], str], *rest: Any, **kwargs: Any) -> None:
@@ -262,8 +256,7 @@ def _wrap_wait(engine_cls: type) -> None:
             rec.complete("wait", "wait", start, _now_us(), WAIT_TRACK, info)
             rec.sweep()
 
-    traced.__ringworld_traced__ = True  # type: ignore[attr-defined]
-    setattr(engine_cls, "wait_for", traced)  # noqa: B010 (patching a class by name)
+    return traced
 
 
 def enable(path: str, rank: int) -> Recorder:
@@ -279,21 +272,12 @@ def enable(path: str, rank: int) -> Recorder:
     with _lock:
         if _recorder is not None:
             return _recorder
-        from ringworld.collective.communicator import Communicator
-        from ringworld.comm.engine import Engine
+        # the communicator's classes mark their observable methods as they are defined
+        import ringworld.collective.communicator  # noqa: F401
 
         rec = Recorder(os.path.abspath(path), rank)
         rec.flush()  # fail now, not at exit, if the file cannot be written
-        for method in P2P:
-            _wrap(Communicator, method, "p2p")
-        for method in COLLECTIVES:
-            _wrap(Communicator, method, "collective")
-            _wrap(Communicator, "i" + method, "collective")
-        for method in OBJECT_COLLECTIVES:
-            _wrap(Communicator, method, "collective")
-        for method in MANAGEMENT:
-            _wrap(Communicator, method, "management")
-        _wrap_wait(Engine)
+        hooks.observe(_wrapper)
         _recorder = rec
         _flush_on_sigterm()
         return rec
