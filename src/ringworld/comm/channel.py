@@ -102,21 +102,6 @@ class Channel:
         self._engine.post(req)
         return req
 
-    def coll_isend_obj(self, obj: Any, dest: int, tag: int) -> SendRequest | None:
-        """Start sending a picklable value on the collective context; None if done."""
-        w = self._ranks[dest]
-        segments, nbytes, flags, keep = objects.encode(obj)
-        h = self._engine.isend(w, self.coll_context, tag, flags, segments, nbytes)
-        return None if h.done else SendRequest(self._engine, h, w, (segments, keep),
-                                               self.coll_context)
-
-    def coll_irecv_obj(self, source: int, tag: int) -> Request[Any]:
-        """Post a receive of a value from rank ``source`` on the collective context."""
-        req = ObjectRecvRequest(self._engine, self.coll_context, self._ranks[source], tag, None,
-                                self.to_comm)
-        self._engine.post(req)
-        return req
-
     def coll_isend_raw(self, segments: Sequence[memoryview], nbytes: int, flags: int,
                        dest: int, tag: int, keep: object = None) -> SendRequest | None:
         """Start sending an encoded value (see :mod:`ringworld.comm.serialize`) as is."""
