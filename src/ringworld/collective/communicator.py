@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Self
 from ringworld._lazy import LazyModule
 from ringworld.algorithms.registry import HIERARCHICAL, SHM
 from ringworld.collective import calls
-from ringworld.collective.cache import LIMIT, Kept
+from ringworld.collective.cache import LIMIT
 from ringworld.collective.calls import Call
 from ringworld.collective.core import OpLike
 from ringworld.collective.management import CommManagement
@@ -55,7 +55,7 @@ class Communicator(CommManagement):
         """Check a collective's arguments (``prepare(self, *args)``, a function of
         :mod:`ringworld.collective.calls`) and run the call: the one way every buffer collective
         takes. ``keep`` (the user's sendbuf, recvbuf and op or root, blocking calls only) lets a
-        call run in the shared windows be repeated without its checks (:meth:`_rerun`).
+        call run in the shared windows be repeated without its checks (:meth:`_again`).
 
         Raises:
             What ``prepare`` raises; a root's refusal (:class:`calls.Refused`) reaches the other
@@ -139,22 +139,38 @@ class Communicator(CommManagement):
         return self._choose(call.collective, call.nbytes, algorithm, commutative=commutative,
                             equal_blocks=call.equal_blocks, blocking=blocking), False
 
-    def _rerun(self, coll: str, last: Kept, sendbuf: Any, recvbuf: Any,
-               timeout: float | None) -> None:
-        """Repeat a call kept by :meth:`CallCache.keep` on the same arrays (``again`` checked
-        them): straight into the shared windows."""
-        self._check_open()
+    def _again(self, coll: str, sendbuf: Any, recvbuf: Any, extra: Any,
+               timeout: float | None) -> bool:
+        """Run this call straight in the shared windows if one of its shape ran there (see
+        :meth:`CallCache.again`; the last call's own arrays are checked here, inline: that
+        is a training loop's case); False, having done nothing, if not."""
+        last = self._cache.last.get(coll)
+        if (last is not None and last[2]() is recvbuf and last[1]() is sendbuf
+                and last[3] == extra and recvbuf.dtype is last[4]
+                and (sendbuf is IN_PLACE or sendbuf.dtype is last[4])):
+            flags = recvbuf.flags
+            if not (flags.writeable and flags.c_contiguous):
+                return False
+            kept = last[0]
+        else:
+            found = self._cache.again(coll, sendbuf, recvbuf, extra)
+            if found is None:
+                return False
+            kept = found
+        if self._freed or self._engine.revoked:
+            self._check_open()
         self.last_algorithm = SHM
         rb = recvbuf
         sb = rb if sendbuf is IN_PLACE else sendbuf
         if rb.ndim != 1:
             rb, sb = rb.reshape(-1), sb.reshape(-1)  # views: both are contiguous
-        a = self._shm(coll, timeout, sig=last.sig)
+        a = self._shm(coll, timeout, sig=kept.sig)
         try:
-            last.run(a, sb, rb, last.op, last.root)
+            kept.run(a, sb, rb, kept.op, kept.root)
         except BaseException as exc:
             a.abandon(exc)
             raise
+        return True
 
     # ------------------------------------------------------------------ bcast
     @observable("collective")
@@ -168,8 +184,7 @@ class Communicator(CommManagement):
             TypeError / ValueError: bad ``buf``, ``root`` or ``algorithm``.
             Timeout, PeerFailure, TruncationError (ranks disagree on the size).
         """
-        if algorithm is None and (last := self._cache.again("bcast", buf, buf, root)) is not None:
-            self._rerun("bcast", last, buf, buf, timeout)
+        if algorithm is None and self._again("bcast", buf, buf, root, timeout):
             return
         self._run(calls.bcast, (buf, root), algorithm, True, timeout, (buf, buf, root))
 
@@ -212,9 +227,7 @@ class Communicator(CommManagement):
             TypeError / ValueError: bad buffers, op or algorithm.
             Timeout, PeerFailure, TruncationError.
         """
-        if (algorithm is None
-                and (last := self._cache.again("allreduce", sendbuf, recvbuf, op)) is not None):
-            self._rerun("allreduce", last, sendbuf, recvbuf, timeout)
+        if algorithm is None and self._again("allreduce", sendbuf, recvbuf, op, timeout):
             return
         self._run(calls.allreduce, (sendbuf, recvbuf, op), algorithm, True, timeout,
                   (sendbuf, recvbuf, op))
@@ -295,9 +308,8 @@ class Communicator(CommManagement):
         Raises:
             TypeError / ValueError, Timeout, PeerFailure, TruncationError.
         """
-        if algorithm is None and (last := self._cache.again("reduce_scatter_block", sendbuf,
-                                                              recvbuf, op)) is not None:
-            self._rerun("reduce_scatter_block", last, sendbuf, recvbuf, timeout)
+        if algorithm is None and self._again("reduce_scatter_block", sendbuf, recvbuf, op,
+                                             timeout):
             return
         self._run(calls.reduce_scatter, (sendbuf, recvbuf, None, op), algorithm, True, timeout,
                   (sendbuf, recvbuf, op))
@@ -449,9 +461,7 @@ class Communicator(CommManagement):
         Raises:
             TypeError / ValueError, Timeout, PeerFailure, TruncationError.
         """
-        if (algorithm is None
-                and (last := self._cache.again("allgather", sendbuf, recvbuf, None)) is not None):
-            self._rerun("allgather", last, sendbuf, recvbuf, timeout)
+        if algorithm is None and self._again("allgather", sendbuf, recvbuf, None, timeout):
             return
         self._run(calls.allgather, (sendbuf, recvbuf, None, None), algorithm, True, timeout,
                   (sendbuf, recvbuf, None))
@@ -491,9 +501,7 @@ class Communicator(CommManagement):
         Raises:
             TypeError / ValueError, Timeout, PeerFailure, TruncationError.
         """
-        if (algorithm is None
-                and (last := self._cache.again("alltoall", sendbuf, recvbuf, None)) is not None):
-            self._rerun("alltoall", last, sendbuf, recvbuf, timeout)
+        if algorithm is None and self._again("alltoall", sendbuf, recvbuf, None, timeout):
             return
         self._run(calls.alltoall, (sendbuf, recvbuf), algorithm, True, timeout,
                   (sendbuf, recvbuf, None))
