@@ -76,7 +76,7 @@ from ringworld.comm.ops import Op
 from ringworld.errors import MismatchError
 
 __all__ = ["CHUNK", "DIRECT", "EAGER_RING", "MAX_RANKS", "RACED", "RACE_COST", "RACE_LAST",
-           "RACE_TRY", "SMALL", "Arena", "Policy", "_Race", "allgather", "allreduce",
+           "RACE_TRY", "RUN", "SMALL", "Arena", "Policy", "_Race", "allgather", "allreduce",
            "alltoall", "barrier", "bcast", "reduce", "reduce_scatter_block"]
 
 Array = np.ndarray[Any, Any]
@@ -120,7 +120,7 @@ def barrier(a: Arena) -> None:
     a.sync()
 
 
-def allreduce(a: Arena, send: Array, recv: Array, op: Op) -> None:
+def allreduce(a: Arena, send: Array, recv: Array, op: Op, root: int = 0) -> None:
     """Allreduce through shared memory (rank-ordered, bitwise identical on all ranks)."""
     p, r = a.chan.size, a.chan.rank
     dt = recv.dtype
@@ -264,9 +264,9 @@ def reduce(a: Arena, send: Array, recv: Array, op: Op, root: int) -> None:
                     np.copyto(recv[c0 + b0 : c0 + b0 + bl], a.area(i, 1, dt, m)[b0 : b0 + bl])
 
 
-def bcast(a: Arena, buf: Array, root: int) -> None:
-    """Broadcast: small ones through the root's eager ring (no sync), large ones by direct
-    copies or streamed through the root's window."""
+def bcast(a: Arena, send: Array, buf: Array, op: Op | None, root: int) -> None:
+    """Broadcast ``buf`` (``send`` is the same array): small ones through the root's eager
+    ring (no sync), large ones by direct copies or streamed through the root's window."""
     r = a.chan.rank
     if buf.nbytes <= SMALL:
         a.eager_bcast(buf if buf.ndim == 1 else buf.reshape(-1), root)
@@ -381,7 +381,7 @@ def _stream(a: Arena, produce: Array | None, producers: Sequence[int],
         _refused(a, r, stream, nbytes)
 
 
-def allgather(a: Arena, send: Array, recv: Array) -> None:
+def allgather(a: Arena, send: Array, recv: Array, op: Op | None = None, root: int = 0) -> None:
     """Every rank publishes its block; every rank copies all the others'."""
     p, r = a.chan.size, a.chan.rank
     dt = recv.dtype
@@ -427,7 +427,7 @@ def allgather(a: Arena, send: Array, recv: Array) -> None:
     a.raced()
 
 
-def reduce_scatter_block(a: Arena, send: Array, recv: Array, op: Op) -> None:
+def reduce_scatter_block(a: Arena, send: Array, recv: Array, op: Op, root: int = 0) -> None:
     """Every rank publishes its p blocks; rank i combines block i of all, in rank order."""
     p, r = a.chan.size, a.chan.rank
     dt = recv.dtype
@@ -458,7 +458,7 @@ def reduce_scatter_block(a: Arena, send: Array, recv: Array, op: Op) -> None:
     a.raced()
 
 
-def alltoall(a: Arena, send: Array, recv: Array) -> None:
+def alltoall(a: Arena, send: Array, recv: Array, op: Op | None = None, root: int = 0) -> None:
     """Every rank publishes its p blocks; every rank copies its block from each."""
     p, r = a.chan.size, a.chan.rank
     dt = recv.dtype
@@ -492,3 +492,11 @@ def alltoall(a: Arena, send: Array, recv: Array) -> None:
                           a.area(i, 0, dt, p * m)[r * m : (r + 1) * m])
         a.sync()
     a.raced()
+
+
+#: The direct kind's entries, each run as ``run(arena, send, recv, op, root)`` (an argument a
+#: collective does not use is ignored: one signature, so a caller runs any without adapting).
+RUN: dict[str, Callable[..., None]] = {
+    "bcast": bcast, "reduce": reduce, "allreduce": allreduce,
+    "reduce_scatter_block": reduce_scatter_block, "allgather": allgather, "alltoall": alltoall,
+}

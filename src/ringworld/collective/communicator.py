@@ -108,7 +108,7 @@ class Communicator(CommManagement):
         sb, rb = call.arrays[0], call.arrays[1]
         if coll == "bcast":
             sb = rb
-        run = _SHM_RUN[coll]
+        run = shm.RUN[coll]
         nbytes, kind = call.shared
         a = self._arena
         if a is None:  # the first call maps the windows
@@ -144,7 +144,7 @@ class Communicator(CommManagement):
         """Run this call straight in the shared windows if one of its shape ran there (see
         :meth:`CallCache.again`; the last call's own arrays are checked here, inline: that
         is a training loop's case); False, having done nothing, if not."""
-        last = self._cache.last.get(coll)
+        last = self._last_calls.get(coll)
         if (last is not None and last[2]() is recvbuf and last[1]() is sendbuf
                 and last[3] == extra and recvbuf.dtype is last[4]
                 and (sendbuf is IN_PLACE or sendbuf.dtype is last[4])):
@@ -157,7 +157,7 @@ class Communicator(CommManagement):
             if found is None:
                 return False
             kept = found
-        if self._freed or self._engine.revoked:
+        if self._engine.revoked:  # (free() empties the cache: a freed one never gets here)
             self._check_open()
         self.last_algorithm = SHM
         rb = recvbuf
@@ -554,44 +554,3 @@ class Communicator(CommManagement):
                    algorithm: str | None = None) -> Request[None]:
         """Start an alltoallw."""
         return self._run(calls.alltoallw, (sendbufs, recvbufs), algorithm, False, None)
-
-
-def _shm_runners() -> dict[str, Callable[..., None]]:
-    """Each collective's shared-memory algorithm as ``run(arena, sendbuf, recvbuf, op, root)``."""
-
-    def bcast(a: shm.Arena, sb: Array, rb: Array, o: Op | None, root: int) -> None:
-        shm.bcast(a, rb, root)
-
-    def reduce(a: shm.Arena, sb: Array, rb: Array, o: Op | None, root: int) -> None:
-        assert o is not None
-        shm.reduce(a, sb, rb, o, root)
-
-    def allreduce(a: shm.Arena, sb: Array, rb: Array, o: Op | None, root: int) -> None:
-        assert o is not None
-        shm.allreduce(a, sb, rb, o)
-
-    def reduce_scatter_block(a: shm.Arena, sb: Array, rb: Array, o: Op | None,
-                             root: int) -> None:
-        assert o is not None
-        shm.reduce_scatter_block(a, sb, rb, o)
-
-    def allgather(a: shm.Arena, sb: Array, rb: Array, o: Op | None, root: int) -> None:
-        shm.allgather(a, sb, rb)
-
-    def alltoall(a: shm.Arena, sb: Array, rb: Array, o: Op | None, root: int) -> None:
-        shm.alltoall(a, sb, rb)
-
-    return {"bcast": bcast, "reduce": reduce, "allreduce": allreduce,
-            "reduce_scatter_block": reduce_scatter_block, "allgather": allgather,
-            "alltoall": alltoall}
-
-
-class _Runners(dict[str, Callable[..., None]]):
-    """:func:`_shm_runners`, made on first use (the shared-memory module loads numpy)."""
-
-    def __missing__(self, key: str) -> Callable[..., None]:
-        self.update(_shm_runners())
-        return self[key]
-
-
-_SHM_RUN = _Runners()

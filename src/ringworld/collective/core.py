@@ -67,6 +67,7 @@ class CollectiveCore(ObjectCollectives):
         self._freed = False
         self._arena: shm.Arena | None = None
         self._cache = CallCache()  # what the calls remember (see collective.cache)
+        self._last_calls = self._cache.last  # the repeat path's first lookup, one load away
         self._done: Request[None] = CompletedRequest(engine, None)  # a blocking call's result
         self._agree_round = 0  # agreements (agree, shrink) made on this communicator
         self._hier: tuple[Self, Self | None] | None = None  # (host comm, leaders comm)
