@@ -38,6 +38,13 @@ def _in_place() -> Any:
     return IN_PLACE
 
 
+def _shape_key(coll: str, extra: Any, sendbuf: Any, recvbuf: Any) -> tuple[Any, ...]:
+    """A call's key in ``shapes``: collective, op or root, and the arrays' dtypes and shapes."""
+    if sendbuf is IN_PLACE:
+        return (coll, extra, recvbuf.dtype, recvbuf.shape)
+    return (coll, extra, recvbuf.dtype, recvbuf.shape, sendbuf.dtype, sendbuf.shape)
+
+
 class Kept(NamedTuple):
     """A call shape that ran in the shared windows: its windows' signature, resolved op and
     root, and the runner ``run(arena, sendbuf, recvbuf, op, root)``."""
@@ -56,6 +63,7 @@ class CallCache:
     def __init__(self) -> None:
         # per collective: (the kept shape, weak refs to the last call's sendbuf and recvbuf,
         # its op or root as passed, its dtype): a loop on the same arrays is found by identity
+        # (Communicator._again reads these entries by position, on its latency-critical path)
         self.last: dict[str, tuple[Kept, Callable[[], Any], Callable[[], Any], Any, Any]] = {}
         # (collective, op or root as passed, dtypes and shapes of recvbuf and sendbuf) -> Kept
         self.shapes: dict[tuple[Any, ...], Kept] = {}
@@ -73,15 +81,10 @@ class CallCache:
     def again(self, coll: str, sendbuf: Any, recvbuf: Any, extra: Any) -> Kept | None:
         """How to run this call of ``coll`` straight in the shared windows, if one of the same
         shape ran there: contiguous numpy arrays of the same dtypes and shapes (``recvbuf``
-        writable) and the same ``extra`` (op or root). The last call's arrays are recognised
-        by identity (a few attribute reads), others by their shape (a dict lookup).
+        writable) and the same ``extra`` (op or root); the arrays then become the ``last``
+        call's. Cost: a dict lookup. (The caller first checks ``last``'s arrays by identity:
+        :meth:`Communicator._again`.)
         """
-        last = self.last.get(coll)
-        if (last is not None and last[2]() is recvbuf and last[1]() is sendbuf
-                and last[3] == extra and recvbuf.dtype is last[4]
-                and (sendbuf is IN_PLACE or sendbuf.dtype is last[4])):
-            flags = recvbuf.flags
-            return last[0] if flags.writeable and flags.c_contiguous else None
         nd = self.ndarray
         if nd is None or type(recvbuf) is not nd:
             return None
@@ -89,13 +92,12 @@ class CallCache:
         if not (flags.writeable and flags.c_contiguous):
             return None
         if sendbuf is IN_PLACE:
-            key: tuple[Any, ...] = (coll, extra, recvbuf.dtype, recvbuf.shape)
             send: Callable[[], Any] = _in_place
         elif type(sendbuf) is nd and sendbuf.flags.c_contiguous:
-            key = (coll, extra, recvbuf.dtype, recvbuf.shape, sendbuf.dtype, sendbuf.shape)
             send = weakref.ref(sendbuf)
         else:
             return None
+        key = _shape_key(coll, extra, sendbuf, recvbuf)
         try:
             kept = self.shapes.get(key)
         except TypeError:  # an unhashable op or root: the checked path says what is wrong
@@ -115,14 +117,12 @@ class CallCache:
         if sendbuf is IN_PLACE:
             if sb is not rb:
                 return  # the input was moved aside: a repeat would need that again
-            key: tuple[Any, ...] = (call.collective, extra, recvbuf.dtype, recvbuf.shape)
             send: Callable[[], Any] = _in_place
         elif type(sendbuf) is nd:
-            key = (call.collective, extra, recvbuf.dtype, recvbuf.shape, sendbuf.dtype,
-                   sendbuf.shape)
             send = weakref.ref(sendbuf)
         else:
             return
+        key = _shape_key(call.collective, extra, sendbuf, recvbuf)
         kept = Kept(sig, call.op, call.spec.root, run)
         try:
             if len(self.shapes) < LIMIT:
