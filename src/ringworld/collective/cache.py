@@ -46,13 +46,13 @@ def _shape_key(coll: str, extra: Any, sendbuf: Any, recvbuf: Any) -> tuple[Any, 
 
 
 class Kept(NamedTuple):
-    """A call shape that ran in the shared windows: its windows' signature, resolved op and
-    root, and the runner ``run(arena, sendbuf, recvbuf, op, root)``."""
+    """A call shape that ran in the shared windows: its windows' signature, the runner
+    ``run(arena, sendbuf, recvbuf, op, root)``, and its resolved op and root."""
 
     sig: tuple[int, int, str]
+    run: Callable[..., None]
     op: Op | None
     root: int
-    run: Callable[..., None]
 
 
 class CallCache:
@@ -61,10 +61,11 @@ class CallCache:
     __slots__ = ("last", "ndarray", "ops", "plans", "shapes")
 
     def __init__(self) -> None:
-        # per collective: (the kept shape, weak refs to the last call's sendbuf and recvbuf,
-        # its op or root as passed, its dtype): a loop on the same arrays is found by identity
-        # (Communicator._again reads these entries by position, on its latency-critical path)
-        self.last: dict[str, tuple[Kept, Callable[[], Any], Callable[[], Any], Any, Any]] = {}
+        # per collective: (weak refs to the last call's sendbuf and recvbuf, its op or root as
+        # passed, its dtype, then its Kept's fields: sig, run, op, root): a loop on the same
+        # arrays is found by identity (Communicator._again reads these entries by position, on
+        # its latency-critical path: a flat tuple is read faster than a Kept inside one)
+        self.last: dict[str, tuple[Any, ...]] = {}
         # (collective, op or root as passed, dtypes and shapes of recvbuf and sendbuf) -> Kept
         self.shapes: dict[tuple[Any, ...], Kept] = {}
         self.plans: dict[tuple[Any, ...], tuple[str, bool]] = {}
@@ -103,7 +104,7 @@ class CallCache:
         except TypeError:  # an unhashable op or root: the checked path says what is wrong
             return None
         if kept is not None:
-            self.last[coll] = (kept, send, weakref.ref(recvbuf), extra, recvbuf.dtype)
+            self.last[coll] = (send, weakref.ref(recvbuf), extra, recvbuf.dtype, *kept)
         return kept
 
     def keep(self, call: Call, sendbuf: Any, recvbuf: Any, sb: Array, rb: Array, extra: Any,
@@ -123,13 +124,13 @@ class CallCache:
         else:
             return
         key = _shape_key(call.collective, extra, sendbuf, recvbuf)
-        kept = Kept(sig, call.op, call.spec.root, run)
+        kept = Kept(sig, run, call.op, call.spec.root)
         try:
             if len(self.shapes) < LIMIT:
                 self.shapes[key] = kept
         except TypeError:  # an unhashable op or root (accepted by the checks): not kept
             return
-        self.last[call.collective] = (kept, send, weakref.ref(recvbuf), extra, recvbuf.dtype)
+        self.last[call.collective] = (send, weakref.ref(recvbuf), extra, recvbuf.dtype, *kept)
 
     def op(self, op: Any, dtype: np.dtype[Any]) -> Op:
         """``op`` resolved and checked against ``dtype``.

@@ -145,28 +145,26 @@ class Communicator(CommManagement):
         :meth:`CallCache.again`; the last call's own arrays are checked here, inline: that
         is a training loop's case); False, having done nothing, if not."""
         last = self._last_calls.get(coll)
-        if (last is not None and last[2]() is recvbuf and last[1]() is sendbuf
-                and last[3] == extra and recvbuf.dtype is last[4]
-                and (sendbuf is IN_PLACE or sendbuf.dtype is last[4])):
+        if (last is not None and last[1]() is recvbuf and last[0]() is sendbuf
+                and (last[2] is extra or last[2] == extra) and recvbuf.dtype is last[3]
+                and (sendbuf is IN_PLACE or sendbuf.dtype is last[3])):
             flags = recvbuf.flags
             if not (flags.writeable and flags.c_contiguous):
                 return False
-            kept = last[0]
+            sig, run, op, root = last[4], last[5], last[6], last[7]
         else:
-            found = self._cache.again(coll, sendbuf, recvbuf, extra)
-            if found is None:
+            kept = self._cache.again(coll, sendbuf, recvbuf, extra)
+            if kept is None:
                 return False
-            kept = found
-        if self._engine.revoked:  # (free() empties the cache: a freed one never gets here)
-            self._check_open()
+            sig, run, op, root = kept
         self.last_algorithm = SHM
         rb = recvbuf
         sb = rb if sendbuf is IN_PLACE else sendbuf
         if rb.ndim != 1:
             rb, sb = rb.reshape(-1), sb.reshape(-1)  # views: both are contiguous
-        a = self._shm(coll, timeout, sig=kept.sig)
+        a = self._shm(coll, timeout, sig=sig)  # (checks revocation: free() empties the cache)
         try:
-            kept.run(a, sb, rb, kept.op, kept.root)
+            run(a, sb, rb, op, root)
         except BaseException as exc:
             a.abandon(exc)
             raise

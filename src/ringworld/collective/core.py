@@ -135,8 +135,9 @@ class CollectiveCore(ObjectCollectives):
         if timeout is not None:
             check_timeout(timeout)  # before the call's number is taken: a local error
         e = self._engine
-        if e.mismatched or e.remote_mismatches or e.strays:  # the sequence broke earlier
-            e.check_mismatched(self.coll_context)
+        if e.mismatched or e.remote_mismatches or e.strays or e.revoked:
+            self._check_open()  # revoked (the repeat path checks nothing before this)
+            e.check_mismatched(self.coll_context)  # the sequence broke earlier
         if self._arena is None:
             # before the call's number is taken: the set-up's barriers come first, signed with
             # the call, so a rank in another call at the same number is caught as a mismatch
