@@ -9,6 +9,7 @@ from typing import Any, Final
 import numpy as np
 
 from ringworld.collective.markers import IN_PLACE
+from ringworld.comm import foreign
 
 Array = np.ndarray[Any, Any]
 
@@ -17,10 +18,12 @@ EMPTY_U8: Final[Array] = np.empty(0, dtype=np.uint8)
 
 
 def as_array(buf: Any, name: str, *, writable: bool = False) -> Array:
-    """``buf`` as a flat numpy array sharing its memory (no copy).
+    """``buf`` as a flat numpy array sharing its memory (no copy): a numpy array, a host
+    tensor of another library (see :mod:`ringworld.comm.foreign`) or a buffer-protocol object.
 
     Raises:
-        TypeError: not a buffer, read-only when ``writable``, or an object dtype.
+        TypeError: not a buffer, read-only when ``writable``, or an object dtype;
+            :class:`~ringworld.comm.foreign.DeviceBuffer` for device memory.
         ValueError: not C-contiguous.
     """
     if type(buf) is np.ndarray:
@@ -34,11 +37,16 @@ def as_array(buf: Any, name: str, *, writable: bool = False) -> Array:
     else:
         if buf is None or buf is IN_PLACE:
             raise TypeError(f"{name} is required here (got {buf!r})")
-        try:
-            a = np.asarray(memoryview(buf))
-        except TypeError:
-            raise TypeError(f"{name} must be a numpy array or support the buffer protocol, got "
-                            f"{type(buf).__name__}") from None
+        adopted = foreign.host_array(buf, name)  # a torch tensor, a DLPack object, ...
+        if adopted is not None:
+            a = adopted
+        else:
+            try:
+                a = np.asarray(memoryview(buf))
+            except TypeError:
+                raise TypeError(f"{name} must be a numpy array, a host tensor (DLPack) or "
+                                f"support the buffer protocol, got {type(buf).__name__}"
+                                ) from None
     if a.dtype.hasobject:
         raise TypeError(f"{name} has dtype object; use the *_obj methods for Python values")
     if not a.flags.c_contiguous:

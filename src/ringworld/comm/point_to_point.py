@@ -17,6 +17,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, Self, TypeVar
 
+from ringworld.comm import foreign
 from ringworld.comm import serialize as objects
 from ringworld.comm.channel import Channel, ObjectRecvRequest
 from ringworld.comm.engine import SELF_CONTEXT, Engine
@@ -48,14 +49,19 @@ def send_view(buf: Any, name: str = "buf") -> memoryview:
         mv = memoryview(buf)
     except TypeError:
         np = sys.modules.get("numpy")  # a numpy array implies numpy is imported already
+        if np is None or not isinstance(buf, np.ndarray):
+            adopted = foreign.host_array(buf, name)  # a torch tensor, a DLPack object, ...
+            if adopted is not None:
+                np, buf = sys.modules["numpy"], adopted
         if np is not None and isinstance(buf, np.ndarray):  # e.g. datetime64: no buffer format
             if not buf.flags.c_contiguous:
                 raise ValueError(f"{name} must be C-contiguous (got a strided array of shape "
                                  f"{buf.shape})") from None
-            flat: memoryview = buf.view(np.uint8).reshape(-1).data
+            flat: memoryview = buf.view(np.uint8).reshape(-1).data  # read-only stays so
             return flat
         raise TypeError(f"{name} must support the buffer protocol (numpy array, bytes, "
-                        f"bytearray, ...), got {type(buf).__name__}") from None
+                        f"bytearray, ...) or be a host tensor (DLPack), got "
+                        f"{type(buf).__name__}") from None
     if mv.format == "B" and mv.ndim == 1 and mv.c_contiguous:
         return mv
     if not mv.c_contiguous:

@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from ringworld.comm import foreign
 from ringworld.mpi._datatype import (
     DATATYPES,
     Datatype,
@@ -390,10 +391,14 @@ def _flat_bytes(buf: Any, where: str, *, writable: bool) -> tuple[memoryview, st
     try:
         view = memoryview(buf)
     except TypeError:
-        raise TypeError(
-            f"{where}: expected a buffer (numpy array, bytes, bytearray, memoryview, ...) or a "
-            f"buffer spec ({_FORMS}); got {type(buf).__name__}"
-        ) from None
+        adopted = foreign.host_array(buf, where)  # a DLPack object (torch tensor), as mpi4py 4
+        if adopted is None:
+            raise TypeError(
+                f"{where}: expected a buffer (numpy array, bytes, bytearray, memoryview, a "
+                f"host tensor with DLPack, ...) or a buffer spec ({_FORMS}); got "
+                f"{type(buf).__name__}"
+            ) from None
+        view = memoryview(adopted)
     if writable and view.readonly:
         raise TypeError(
             f"{where}: the receive buffer ({type(buf).__name__}) is read-only; "
