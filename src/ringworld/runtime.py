@@ -340,6 +340,70 @@ def _start_trace(cfg: _config.Config) -> None:
     _trace_solo = not cfg.launched
 
 
+class OwnWorld:
+    """A world built over a store someone else hands over (:func:`world_over`), apart from the
+    process's :func:`init` world: its communicator, and :meth:`close` for its resources."""
+
+    def __init__(self, comm: Communicator, engine: Engine, monitor: Monitor | None) -> None:
+        self.comm, self._engine, self._monitor = comm, engine, monitor
+        self._closed = False
+
+    def close(self) -> str | None:
+        """Stop its monitor and close its transports; idempotent. Returns what the exit check
+        found (a collective message no call took: ranks disagreed), else None."""
+        if self._closed:
+            return None
+        self._closed = True
+        problem = self._engine.exit_check()
+        if self._monitor is not None:
+            self._monitor.stop(exiting=True)
+        self._engine.close()
+        return problem
+
+
+_OWN_SETTINGS_SKIP = ("RINGWORLD_RANK", "RINGWORLD_SIZE", "RINGWORLD_STORE", "RINGWORLD_JOB_ID",
+                      "RINGWORLD_SECRET_FD")
+
+
+def world_over(store: Store, rank: int, size: int, *, timeout: float | None = None,
+               connect: Any = None) -> OwnWorld:
+    """A world of ``size`` ranks met through ``store`` (torch's, for instance), this process
+    being ``rank``: not the process's :func:`init` world, so several can come and go. Rank 0
+    draws the job id and the secret that authenticates TCP peers, and publishes them in the
+    store: the store's own protection is the job's (as for Gloo). Transports as for
+    :func:`init` (shared memory on one host, TCP between hosts); settings from the
+    ``RINGWORLD_*`` variables. ``connect()`` gives the liveness monitor a store connection of
+    its own (None: no monitor; peers' deaths are then found by the transports and timeouts).
+    Collective over the ``size`` ranks.
+
+    Raises:
+        BootstrapError: the ranks could not meet.  ConfigError: a malformed setting.
+    """
+    env = {k: v for k, v in os.environ.items()
+           if k.startswith("RINGWORLD_") and k not in _OWN_SETTINGS_SKIP}
+    cfg = _config.from_env(env, detect_launcher=False)
+    if rank == 0:
+        store.set("rw/own/job", f"{os.getpid()}.{os.urandom(6).hex()}".encode())
+        store.set("rw/own/secret", os.urandom(32).hex().encode())
+    job = store.get("rw/own/job", BOOTSTRAP_TIMEOUT).decode()
+    secret = bytes.fromhex(store.get("rw/own/secret", BOOTSTRAP_TIMEOUT).decode())
+    cfg = cfg._replace(rank=rank, size=size, job_id=f"own{job}", secret=secret)
+    kind = cfg.transport
+    try:
+        route, kind, hosts, cpus = _build_routes(cfg, kind, store) if size > 1 else (
+            [None], "shm" if kind == "auto" else kind, [_host_label(cfg)], [usable_cpus()])
+    except OSError as exc:
+        raise BootstrapError(f"rank {rank}: {kind} transport set-up failed: {exc}") from exc
+    engine = Engine(rank, size, route, timeout if timeout is not None else cfg.timeout,
+                    hosts=hosts, cpus=cpus)
+    monitor = None
+    if connect is not None and size > 1 and cfg.liveness_timeout > 0:
+        monitor = Monitor.attach(engine, connect, cfg.liveness_timeout)
+    selector = job_selector(cfg.tuning_file, cfg.algorithms, cfg.tuner)
+    comm = Communicator(engine, range(size), WORLD_CONTEXT, "world", selector, kind)
+    return OwnWorld(comm, engine, monitor)
+
+
 def world() -> Communicator:
     """The world communicator, calling :func:`init` first if needed."""
     return _world if _world is not None else init()

@@ -7,9 +7,9 @@
 
 Importing this module registers the backend with torch (no communication); ``import
 ringworld`` alone never imports torch. ``init_method="ringworld://"`` takes rank and world size
-from the Ringworld job; other init methods (``env://`` under a launcher that sets
-``MASTER_ADDR``/``MASTER_PORT``, or ``store=``) work too, provided torch's rank and world size
-equal Ringworld's.
+from the Ringworld job. Every other init method works with or without ``ringworld run``
+(``file://``, ``tcp://``, ``env://`` under torchrun, ``store=``, ``mp.spawn``): the ranks then
+meet through the store torch hands the backend, as Gloo's do (see :mod:`ringworld.torch.backend`).
 
 Raises:
     ImportError: PyTorch (with torch.distributed) is not installed.

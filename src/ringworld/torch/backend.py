@@ -6,14 +6,23 @@ port and tells the others over Ringworld), so Gloo groups and store-based torch 
 beside the Ringworld backend. A ``rank``/``world_size`` given to ``init_process_group`` must
 agree with the world.
 
-Every group gets a communicator of its own: the default group a ``dup`` of the world, a
-subgroup (``new_group``) one over its members, whose context id the members agree on through
-the group's store (non-members never take part, as torch does not call them).
+Without ``ringworld run`` (``mp.spawn`` with ``file://`` or ``tcp://``, torchrun with
+``env://``, ``store=``), the default group's ranks meet through the store torch hands the
+backend, as Gloo's do: :func:`ringworld.runtime.world_over` builds a world of their own over it
+(shared memory on one host, TCP between hosts), closed again by ``destroy_process_group``, so
+init, destroy and init again in one process works.
+
+Every group gets a communicator of its own: the default group a ``dup`` of the Ringworld world
+(or the world built over torch's store), a subgroup (``new_group``) one over its members, whose
+context id the members agree on through the group's store (non-members never take part, as
+torch does not call them).
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import os
 import socket
 from collections.abc import Iterator
 from datetime import timedelta
@@ -23,12 +32,16 @@ from urllib.parse import parse_qs, urlparse
 import torch.distributed as dist
 
 import ringworld
+from ringworld import runtime
 from ringworld.collective.communicator import Communicator
+from ringworld.errors import StoreError
 from ringworld.torch._worker import worker
 from ringworld.torch.process_group import BACKEND_NAME, ProcessGroupRingworld
+from ringworld.torch.store import TorchStore
 
 SCHEME = "ringworld"
 _registered = False
+_base: Communicator | None = None  # the world the current default group's subgroups come from
 
 
 def register() -> None:
@@ -90,26 +103,49 @@ def create(opts: Any, _backend_options: Any = None) -> ProcessGroupRingworld:
     """torch's backend creator (extended API): the process group of one torch group.
 
     Raises:
-        ValueError: the default group's rank/size differ from the Ringworld world's, or a
-            subgroup's ranks are not ranks of it.
+        ValueError: the default group's rank/size differ from the Ringworld world's (under
+            ``ringworld run``), or a subgroup's ranks are not ranks of it.
+        BootstrapError: the ranks could not meet through torch's store.
     """
     w = worker()
     seconds = opts.timeout.total_seconds() if opts.timeout is not None else 0.0
+    timeout = seconds if seconds > 0 else None
     ranks = [int(r) for r in opts.global_ranks_in_group]
     rank, size = int(opts.group_rank), int(opts.group_size)
-    comm = w.call(lambda: _communicator(ranks, rank, size, opts.store))
-    return ProcessGroupRingworld(comm, w, seconds if seconds > 0 else None)
+    if not ranks:
+        comm, own = w.call(lambda: _default(rank, size, opts.store, timeout))
+        return ProcessGroupRingworld(comm, w, timeout, own.close if own is not None else None)
+    comm = w.call(lambda: _subgroup(ranks, rank, size, opts.store))
+    return ProcessGroupRingworld(comm, w, timeout)
 
 
-def _communicator(ranks: list[int], rank: int, size: int, store: Any) -> Communicator:
-    """On the worker: the communicator of a torch group (see the module docstring)."""
-    world = ringworld.init()
-    if not ranks:  # the default group: every rank of the world creates it
+def _default(rank: int, size: int, store: Any, timeout: float | None
+             ) -> tuple[Communicator, runtime.OwnWorld | None]:
+    """On the worker: the default group's communicator, and the world built for it if any."""
+    global _base
+    if ringworld.initialized() or os.environ.get("RINGWORLD_STORE"):  # under ringworld run
+        world = ringworld.init()
         if rank != world.rank:
             raise _world_mismatch("rank", rank, world)
         if size != world.size:
             raise _world_mismatch("world_size", size, world)
-        return world.dup(name="torch")
+        _base = world
+        return world.dup(name="torch"), None
+    ts = TorchStore(store)
+    try:
+        ts.clone().close()  # the liveness monitor needs a connection of its own
+        connect: Any = ts.clone
+    except StoreError:
+        connect = None
+    own = runtime.world_over(ts, rank, size, timeout=timeout, connect=connect)
+    atexit.register(own.close)
+    _base = own.comm
+    return own.comm, own
+
+
+def _subgroup(ranks: list[int], rank: int, size: int, store: Any) -> Communicator:
+    """On the worker: the communicator of a torch subgroup (see the module docstring)."""
+    world = _base if _base is not None else ringworld.init()
     if len(ranks) != size or not 0 <= rank < size or ranks[rank] != world.rank:
         raise ValueError(f"ringworld backend: group ranks {ranks} (this rank {rank}) do not "
                          f"match Ringworld world rank {world.rank}")

@@ -15,6 +15,8 @@ reductions of dtypes numpy lacks (bfloat16: reduced in float32).
 
 from __future__ import annotations
 
+import atexit
+import sys
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
@@ -39,14 +41,17 @@ class ProcessGroupRingworld(dist.ProcessGroup):  # type: ignore[misc]  # torch's
 
     ``comm`` is this group's own communicator (its traffic never mixes with other groups' or
     the user's). ``timeout`` bounds every blocking step of an operation (None: no bound).
+    ``close`` releases the world built for this group, if one was (see ``backend``).
     """
 
-    def __init__(self, comm: Communicator, worker: Worker, timeout: float | None) -> None:
+    def __init__(self, comm: Communicator, worker: Worker, timeout: float | None,
+                 close: Callable[[], object] | None = None) -> None:
         super().__init__(comm.rank, comm.size)
         self.comm = comm
         self._worker = worker
         self._timeout = timeout
         self._closed = False
+        self._close_world = close
 
     def __repr__(self) -> str:
         return f"<ProcessGroupRingworld rank {self.comm.rank} of {self.comm.size}>"
@@ -472,7 +477,15 @@ class ProcessGroupRingworld(dist.ProcessGroup):  # type: ignore[misc]  # torch's
         if self._closed:
             return
         self._closed = True
-        self._worker.call(self.comm.free)
+        close = self._close_world
+        if close is None:
+            self._worker.call(self.comm.free)
+            return
+        self._close_world = None
+        atexit.unregister(close)
+        problem = self._worker.call(close)  # the world built for this group goes with it
+        if problem:
+            sys.stderr.write(f"ringworld: {problem}\n")
 
     def abort(self) -> None:
         """Stop accepting operations; those queued still run."""

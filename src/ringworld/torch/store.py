@@ -1,0 +1,73 @@
+"""torch's store as a Ringworld store: how a torch job's ranks meet without ``ringworld run``.
+
+``init_process_group`` hands the backend a ``torch.distributed.Store`` (a FileStore for
+``file://``, a TCPStore for ``tcp://`` and ``env://``, a PrefixStore around either); the
+Ringworld world of the default group is built over it (:func:`ringworld.runtime.world_over`),
+under keys of its own (``ringworld/...``), as Gloo builds its context over the same store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+import torch.distributed as dist
+
+from ringworld.errors import StoreError, StoreTimeout
+from ringworld.store.base import Store
+
+PREFIX = "ringworld/"
+_FOREVER = timedelta(days=365)
+
+
+class TorchStore(Store):
+    """Ringworld's :class:`~ringworld.store.base.Store` over a ``torch.distributed.Store``.
+
+    Cost: one torch store round trip per call (two for a ``get`` with a timeout: a ``wait``
+    first, as torch's ``get`` only knows the store's own timeout).
+    """
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+
+    def clone(self) -> TorchStore:
+        """A second connection to the same store (for the liveness monitor's thread).
+
+        Raises:
+            StoreError: this kind of torch store cannot be cloned.
+        """
+        try:
+            return TorchStore(self._store.clone())
+        except (RuntimeError, AttributeError) as exc:
+            raise StoreError(f"torch's {type(self._store).__name__} cannot be cloned: {exc}") \
+                from None
+
+    def set(self, key: str, value: bytes) -> None:
+        self._call("set", key, lambda: self._store.set(PREFIX + key, value))
+
+    def get(self, key: str, timeout: float | None = None) -> bytes:
+        self.wait([key], timeout)
+        value: bytes = self._call("get", key, lambda: self._store.get(PREFIX + key))
+        return value
+
+    def add(self, key: str, amount: int) -> int:
+        total: int = self._call("add", key, lambda: self._store.add(PREFIX + key, amount))
+        return total
+
+    def wait(self, keys: Sequence[str], timeout: float | None = None) -> None:
+        span = _FOREVER if timeout is None else timedelta(seconds=max(timeout, 0.001))
+        self._call("wait", ", ".join(keys),
+                   lambda: self._store.wait([PREFIX + k for k in keys], span), timeout)
+
+    @staticmethod
+    def _call(what: str, key: str, fn: Any, timeout: float | None = None) -> Any:
+        try:
+            return fn()
+        except dist.DistStoreError as exc:
+            if "timeout" in str(exc).lower():
+                raise StoreTimeout(f"torch store: {what} {key!r}: not set within {timeout} s "
+                                   f"({exc})") from None
+            raise StoreError(f"torch store: {what} {key!r}: {exc}") from None
+        except RuntimeError as exc:  # the store's server is gone, a file was removed, ...
+            raise StoreError(f"torch store: {what} {key!r}: {exc}") from None

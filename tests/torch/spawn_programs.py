@@ -1,0 +1,95 @@
+"""Torch jobs started without ``ringworld run``, as torch users start them (run as a program by
+``test_torch_spawn.py``): ``mp.spawn`` with ``file://`` or ``tcp://``, plain processes for a
+killed rank. The parent prints one ``RESULT <json>`` line per rank."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sys
+import tempfile
+import time
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _init(method: str, rank: int, size: int) -> None:
+    import ringworld.torch  # noqa: F401 (registers the backend)
+
+    dist.init_process_group("ringworld", init_method=method, rank=rank, world_size=size,
+                            timeout=timedelta(seconds=60))
+
+
+def spawned(rank: int, size: int, methods: list[str], out: Any) -> None:
+    """Two jobs one after the other in this process: all_reduce, a subgroup, destroy."""
+    sums, group = [], []
+    for k, method in enumerate(methods):
+        _init(method, rank, size)
+        t = (torch.arange(4, dtype=torch.float64) + 10 * rank + k)
+        dist.all_reduce(t)
+        sums.append(t.tolist())
+        g = dist.new_group([0, size - 1])
+        u = torch.full((2,), float(rank + 1))
+        if rank in (0, size - 1):
+            dist.all_reduce(u, group=g)
+        group.append(u.tolist())
+        dist.barrier()
+        dist.destroy_process_group()
+    out.put({"rank": rank, "sums": sums, "group": group,
+             "shm": sorted(n for n in os.listdir("/dev/shm") if n.startswith("ringworld"))})
+
+
+def killed(rank: int, size: int, method: str, out: Any) -> None:
+    """Rank 1 is killed after a first all_reduce; the others' next one must fail, naming it."""
+    _init(method, rank, size)
+    t = torch.ones(3)
+    dist.all_reduce(t)
+    if rank == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    start = time.monotonic()
+    try:
+        dist.all_reduce(t)
+        out.put({"rank": rank, "error": None})
+    except Exception as exc:  # what torch users catch
+        out.put({"rank": rank, "error": f"{type(exc).__name__}: {exc}"[:400],
+                 "seconds": time.monotonic() - start})
+
+
+def main() -> None:
+    kind, size = sys.argv[1], int(sys.argv[2])
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()  # the ranks' results, printed here one line each (rank prints interleave)
+    if kind == "killed":
+        method = "file://" + tempfile.mktemp(prefix="ringworld-test-")
+        procs = [ctx.Process(target=killed, args=(r, size, method, out)) for r in range(size)]
+        for p in procs:
+            p.start()
+        for _ in range(size - 1):
+            print("RESULT " + json.dumps(out.get(timeout=60)), flush=True)
+        for p in procs:
+            p.join(30)
+        return
+    if kind == "file":
+        methods = ["file://" + tempfile.mktemp(prefix="ringworld-test-") for _ in range(2)]
+    else:
+        methods = [f"tcp://127.0.0.1:{_free_port()}" for _ in range(2)]
+    mp.spawn(spawned, args=(size, methods, out), nprocs=size, join=True)
+    for _ in range(size):
+        print("RESULT " + json.dumps(out.get(timeout=30)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
