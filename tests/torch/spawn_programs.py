@@ -27,9 +27,13 @@ def _free_port() -> int:
 
 
 def _init(method: str, rank: int, size: int) -> None:
+    _init_backend(method, rank, size, "ringworld")
+
+
+def _init_backend(method: str, rank: int, size: int, backend: str) -> None:
     import ringworld.torch  # noqa: F401 (registers the backend)
 
-    dist.init_process_group("ringworld", init_method=method, rank=rank, world_size=size,
+    dist.init_process_group(backend, init_method=method, rank=rank, world_size=size,
                             timeout=timedelta(seconds=60))
 
 
@@ -68,6 +72,59 @@ def killed(rank: int, size: int, method: str, out: Any) -> None:
                  "seconds": time.monotonic() - start})
 
 
+def modern(rank: int, size: int, method: str, backend: str, out: Any) -> None:
+    """DeviceMesh, DTensor, torch.compile of a functional collective, the profiler, FSDP2."""
+    _init_backend(method, rank, size, backend)
+    import torch.distributed._functional_collectives as fc
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    mesh = init_device_mesh("cpu", (size,))
+    whole = torch.arange(4.0 * size * 3).reshape(4 * size, 3)
+    spread = distribute_tensor(whole, mesh, [Shard(0)])
+    redistributed = bool(torch.equal(spread.redistribute(mesh, [Replicate()]).to_local(), whole))
+
+    @torch.compile(backend="eager")
+    def twice_summed(x: torch.Tensor) -> torch.Tensor:
+        return fc.all_reduce(x * 2, "sum", mesh) + 1
+
+    compiled = twice_summed(torch.arange(3.0) + rank).tolist()
+    from torch.profiler import profile
+
+    with profile() as prof:
+        dist.all_reduce(torch.ones(4))
+    events = sorted({e.key for e in prof.key_averages() if "all_reduce" in e.key
+                     or "allreduce" in e.key})
+    out.put({"rank": rank, "redistributed": redistributed, "compiled": compiled,
+             "events": events, "losses": _fsdp2_losses(rank, mesh)})
+    dist.destroy_process_group()
+
+
+def _fsdp2_losses(rank: int, mesh: Any) -> list[float]:
+    """A few steps of a small model under fully_shard; the loss averaged over ranks."""
+    from torch.distributed.fsdp import fully_shard
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    for layer in model:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(rank)
+    losses = []
+    for _ in range(4):
+        x, y = torch.randn(4, 8, generator=g), torch.randn(4, 1, generator=g)
+        loss = ((model(x) - y) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        t = loss.detach().clone()
+        dist.all_reduce(t)
+        losses.append(t.item())
+    return losses
+
+
 def main() -> None:
     kind, size = sys.argv[1], int(sys.argv[2])
     ctx = mp.get_context("spawn")
@@ -81,6 +138,12 @@ def main() -> None:
             print("RESULT " + json.dumps(out.get(timeout=60)), flush=True)
         for p in procs:
             p.join(30)
+        return
+    if kind.startswith("modern-"):
+        method = "file://" + tempfile.mktemp(prefix="ringworld-test-")
+        mp.spawn(modern, args=(size, method, kind[7:], out), nprocs=size, join=True)
+        for _ in range(size):
+            print("RESULT " + json.dumps(out.get(timeout=30)), flush=True)
         return
     if kind == "file":
         methods = ["file://" + tempfile.mktemp(prefix="ringworld-test-") for _ in range(2)]

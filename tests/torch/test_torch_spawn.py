@@ -1,7 +1,9 @@
 """torch.distributed as torch users start it, without ``ringworld run``: the ranks meet
 through the store torch hands the backend (``mp.spawn`` with ``file://`` and ``tcp://``), a
 subgroup works, the group is destroyed and made again in the same processes, nothing is left
-in /dev/shm, and a killed rank is named by the others' next call within seconds."""
+in /dev/shm, and a killed rank is named by the others' next call within seconds, as torch's
+DistBackendError. The modern surface runs on it as on Gloo: DeviceMesh, DTensor, a compiled
+functional all_reduce, the profiler's events, and FSDP2 to Gloo's losses."""
 
 from __future__ import annotations
 
@@ -51,4 +53,16 @@ def test_a_killed_rank_is_named_by_the_others() -> None:
     assert sorted(r["rank"] for r in results) == [0, 2]
     for r in results:
         assert r["error"] is not None and "rank 1" in r["error"], r
+        assert r["error"].startswith("DistBackendError: ringworld allreduce: PeerFailure"), r
         assert r["seconds"] < 10, r
+
+
+@pytest.mark.timeout(300)
+def test_device_mesh_dtensor_compile_profiler_and_fsdp2_as_on_gloo() -> None:
+    ours = sorted(_run("modern-ringworld", "2"), key=lambda r: r["rank"])
+    gloo = sorted(_run("modern-gloo", "2"), key=lambda r: r["rank"])
+    for r, g in zip(ours, gloo, strict=True):
+        assert r["redistributed"] and r["compiled"] == g["compiled"], (r, g)
+        assert r["compiled"] == [2.0 * (2 * i + 1) + 1 for i in range(3)], r
+        assert r["events"] == ["ringworld:allreduce"], r
+        assert r["losses"] == g["losses"] and len(set(r["losses"])) > 1, (r, g)

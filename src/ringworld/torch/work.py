@@ -9,8 +9,20 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ringworld.errors import Timeout
+from ringworld.errors import RingworldError, Timeout
 from ringworld.torch._worker import Worker
+
+
+def torch_error(what: str, exc: BaseException) -> BaseException:
+    """How torch users see a failed operation: a communication failure of Ringworld's
+    (PeerFailure, Timeout, MismatchError, ...) as torch's ``DistBackendError`` carrying
+    Ringworld's message (the rank named) and chained to it; any other error as it is."""
+    if isinstance(exc, RingworldError):
+        err: BaseException = dist.DistBackendError(
+            f"ringworld {what}: {type(exc).__name__}: {exc}")
+        err.__cause__ = exc
+        return err
+    return exc
 
 
 class Work(dist.Work):  # type: ignore[misc]  # torch's class: Any to mypy
@@ -18,8 +30,9 @@ class Work(dist.Work):  # type: ignore[misc]  # torch's class: Any to mypy
     returns a ``torch.futures.Future`` of its output tensors (set on the worker thread, so
     ``then`` callbacks run there, as with Gloo).
 
-    Raises (from ``wait``, and set on the future): the operation's error, e.g. ``Timeout``,
-    ``PeerFailure`` or ``ValueError``.
+    Raises (from ``wait``, and set on the future): the operation's error; a communication
+    failure (``PeerFailure``, ``Timeout``, ``MismatchError``...) as torch's ``DistBackendError``
+    with Ringworld's message (see :func:`torch_error`).
     """
 
     def __init__(self, worker: Worker, what: str, outputs: Any) -> None:
@@ -38,6 +51,8 @@ class Work(dist.Work):  # type: ignore[misc]  # torch's class: Any to mypy
 
     def finish(self, error: BaseException | None = None, source: int = -1) -> None:
         """Complete the work (on the worker): wake waiters, then settle the future."""
+        if error is not None:
+            error = torch_error(self._what, error)
         self._error = error
         self._source = source
         self._done.set()  # before the future: its callbacks may wait() on this work
@@ -50,12 +65,12 @@ class Work(dist.Work):  # type: ignore[misc]  # torch's class: Any to mypy
         """Block until the operation is done; ``timeout`` of 0 waits as long as it takes.
 
         Raises:
-            Timeout: not done within a positive ``timeout``.
-            the operation's own error, if it failed.
+            DistBackendError: not done within a positive ``timeout`` (from Ringworld's
+                Timeout), or the operation's own failure (see the class).
         """
         seconds = timeout.total_seconds() if timeout else 0.0
         if not self._worker.wait_for(self._done, seconds if seconds > 0 else None):
-            raise Timeout(f"ringworld {self._what}: not done after {seconds:g} s")
+            raise torch_error(self._what, Timeout(f"not done after {seconds:g} s"))
         if self._error is not None:
             raise self._error
         return True
