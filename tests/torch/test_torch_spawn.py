@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -19,12 +20,18 @@ import pytest
 pytest.importorskip("torch", reason="the torch backend tests need PyTorch (pip install torch)")
 
 PROGRAM = Path(__file__).with_name("spawn_programs.py")
+ELASTIC = Path(__file__).with_name("elastic_program.py")
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 
-def _run(*args: str) -> list[dict[str, Any]]:
+def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RINGWORLD_")}
     env["PYTHONPATH"] = str(SRC)
+    return env
+
+
+def _run(*args: str) -> list[dict[str, Any]]:
+    env = _env()
     proc = subprocess.run([sys.executable, str(PROGRAM), *args], env=env, capture_output=True,
                           text=True, timeout=150, check=False, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
@@ -66,3 +73,42 @@ def test_device_mesh_dtensor_compile_profiler_and_fsdp2_as_on_gloo() -> None:
         assert r["compiled"] == [2.0 * (2 * i + 1) + 1 for i in range(3)], r
         assert r["events"] == ["ringworld:allreduce"], r
         assert r["losses"] == g["losses"] and len(set(r["losses"])) > 1, (r, g)
+
+
+def _torchrun(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--max-restarts",
+                             "1", "--monitor-interval", "0.2", *args, str(ELASTIC)],
+                            env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, stdin=subprocess.DEVNULL)
+
+
+def _finished(procs: list[subprocess.Popen[str]]) -> str:
+    out = []
+    try:
+        for p in procs:
+            text, _ = p.communicate(timeout=150)
+            assert p.returncode == 0, text[-4000:]
+            out.append(text)
+    finally:
+        for p in procs:
+            p.kill()
+    return "".join(out)
+
+
+@pytest.mark.timeout(200)
+def test_torchrun_elastic_restart_after_a_rank_is_killed() -> None:
+    text = _finished([_torchrun("--nproc-per-node", "2")])
+    for rank in (0, 1):
+        assert f"rank {rank} restart 1: [6.0, 6.0, 6.0]" in text, text[-3000:]
+
+
+@pytest.mark.timeout(200)
+def test_torchrun_two_nodes_restart_through_the_agents_store() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    rdzv = ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+            "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"rw{port}"]
+    text = _finished([_torchrun(*rdzv), _torchrun(*rdzv)])
+    for rank in (0, 1):
+        assert f"rank {rank} restart 1: [6.0, 6.0, 6.0]" in text, text[-3000:]

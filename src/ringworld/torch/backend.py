@@ -131,7 +131,7 @@ def _default(rank: int, size: int, store: Any, timeout: float | None
             raise _world_mismatch("world_size", size, world)
         _base = world
         return world.dup(name="torch"), None
-    ts = TorchStore(store)
+    ts = TorchStore.for_group(store, size)
     try:
         ts.clone().close()  # the liveness monitor needs a connection of its own
         connect: Any = ts.clone
