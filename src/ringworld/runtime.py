@@ -43,6 +43,7 @@ _store: Store | None = None
 _monitor: Monitor | None = None
 _finalized = False
 _trace_solo = False  # tracing a singleton (not launched): finalize writes the trace itself
+_trace_by_ranks = False  # no `ringworld run` to merge the parts: the last rank to leave does
 _server: TCPStoreServer | None = None  # the job store rank 0 serves when no launcher does
 _leave_count = 0  # ranks that say goodbye through that store before rank 0 stops serving it
 LEAVE_TIMEOUT = 30.0
@@ -328,7 +329,7 @@ def _note_crashes(engine: Engine) -> None:
 
 def _start_trace(cfg: _config.Config) -> None:
     """Record this rank's calls (RINGWORLD_TRACE); a bad path is a ConfigError now."""
-    global _trace_solo
+    global _trace_solo, _trace_by_ranks
     from ringworld.trace import recorder
 
     assert cfg.trace is not None
@@ -338,14 +339,31 @@ def _start_trace(cfg: _config.Config) -> None:
         raise ConfigError(f"RINGWORLD_TRACE={cfg.trace!r}: cannot write the trace: {exc}") \
             from exc
     _trace_solo = not cfg.launched
+    _trace_by_ranks = cfg.serve_store  # torchrun, srun, mpiexec: no ringworld launcher merges
+
+
+def _merge_when_last(store: Store, path: str, size: int) -> None:
+    """Count this rank out of the trace (its part is flushed); the last of ``size`` writes the
+    merged file. A rank that dies never counts out: its job's parts stay for ``ringworld trace
+    merge``. Cost: one store round trip."""
+    from ringworld.trace import merge
+
+    try:
+        if store.add("rw/trace/left", 1) == size:
+            merge.merge(path)
+    except (RingworldError, OSError) as exc:  # the store or the file: the parts stay
+        sys.stderr.write(f"ringworld: trace parts of {path} left unmerged: {exc} (run "
+                         f"`ringworld trace merge {path}`)\n")
 
 
 class OwnWorld:
     """A world built over a store someone else hands over (:func:`world_over`), apart from the
     process's :func:`init` world: its communicator, and :meth:`close` for its resources."""
 
-    def __init__(self, comm: Communicator, engine: Engine, monitor: Monitor | None) -> None:
+    def __init__(self, comm: Communicator, engine: Engine, monitor: Monitor | None,
+                 store: Store, trace: str | None = None) -> None:
         self.comm, self._engine, self._monitor = comm, engine, monitor
+        self._store, self._trace = store, trace
         self._closed = False
 
     def close(self) -> str | None:
@@ -355,6 +373,11 @@ class OwnWorld:
             return None
         self._closed = True
         problem = self._engine.exit_check()
+        if self._trace is not None:
+            from ringworld.trace import recorder
+
+            recorder.disable()  # this rank's part is complete
+            _merge_when_last(self._store, self._trace, self.comm.size)
         if self._monitor is not None:
             self._monitor.stop(exiting=True)
         self._engine.close()
@@ -401,7 +424,12 @@ def world_over(store: Store, rank: int, size: int, *, timeout: float | None = No
         monitor = Monitor.attach(engine, connect, cfg.liveness_timeout)
     selector = job_selector(cfg.tuning_file, cfg.algorithms, cfg.tuner)
     comm = Communicator(engine, range(size), WORLD_CONTEXT, "world", selector, kind)
-    return OwnWorld(comm, engine, monitor)
+    trace = None
+    if cfg.trace:  # RINGWORLD_TRACE: recorded here, merged by the last rank to close
+        from ringworld.trace import recorder
+
+        trace = recorder.enable(cfg.trace, rank).path
+    return OwnWorld(comm, engine, monitor, store, trace)
 
 
 def world() -> Communicator:
@@ -479,3 +507,5 @@ def _stop_trace() -> None:
         from ringworld.trace import merge
 
         merge.merge(rec.path)
+    elif _trace_by_ranks and _store is not None and _world is not None:
+        _merge_when_last(_store, rec.path, _world.size)

@@ -112,3 +112,28 @@ def test_torchrun_two_nodes_restart_through_the_agents_store() -> None:
     text = _finished([_torchrun(*rdzv), _torchrun(*rdzv)])
     for rank in (0, 1):
         assert f"rank {rank} restart 1: [6.0, 6.0, 6.0]" in text, text[-3000:]
+
+
+NATIVE = ("import numpy as np, ringworld\nc = ringworld.init()\n"
+          "c.allreduce(np.ones(3), np.empty(3))\n")
+TORCH = ("import torch, torch.distributed as dist, ringworld.torch\n"
+         "dist.init_process_group('ringworld')\ndist.all_reduce(torch.ones(3))\n"
+         "dist.destroy_process_group()\n")
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("program", ["native", "torch"])
+def test_traces_under_torchrun_are_merged_at_the_end(program: str, tmp_path: Path) -> None:
+    script = tmp_path / "traced.py"
+    script.write_text(NATIVE if program == "native" else TORCH)
+    out = tmp_path / "trace.json"
+    env = {**_env(), "RINGWORLD_TRACE": str(out)}
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                        str(script)], env=env, capture_output=True, text=True, timeout=150,
+                       check=False, stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    assert doc["otherData"]["ranks"] == 2
+    assert not list(tmp_path.glob("trace.json.rank*")), "the parts are merged away"
+    names = {e["name"] for e in doc["traceEvents"] if e["ph"] == "X"}
+    assert any(n.startswith("allreduce ") for n in names), names

@@ -60,8 +60,11 @@ def _load(path: Path) -> list[dict[str, Any]]:
 
 
 def _calls(events: list[dict[str, Any]], rank: int) -> list[tuple[str, str, dict[str, Any]]]:
-    return [(e["name"], e["cat"], e["args"]) for e in events
-            if e["ph"] == "X" and e["pid"] == rank]
+    """(the call, its category, its args without ``call``) of each of ``rank``'s slices (a
+    buffer collective's slice name also shows bytes and algorithm: see the test below)."""
+    return [(e["args"].get("call", e["name"]), e["cat"],
+             {k: v for k, v in e["args"].items() if k != "call"})
+            for e in events if e["ph"] == "X" and e["pid"] == rank]
 
 
 @pytest.mark.parametrize("transport", ["shm", "tcp"])
@@ -97,7 +100,11 @@ def test_three_ranks_one_trace(tmp_path: Path, transport: str) -> None:
     assert all(isinstance(w, str) and w for w in waits)
     # the ranks' clocks line up: every rank's allreduce overlaps the others' in time
     spans = [(e["ts"], e["ts"] + e["dur"]) for e in events
-             if e["ph"] == "X" and e["name"] == "allreduce" and e["cat"] == "collective"]
+             if e["ph"] == "X" and e["args"].get("call") == "allreduce"
+             and e["cat"] == "collective"]
+    # a collective's slice names its bytes and algorithm
+    named = {e["name"] for e in events if e["ph"] == "X" and e["args"].get("call") == "allreduce"}
+    assert named == {"allreduce 7.82 KiB ring"}, named  # 8008 B, the algorithm asked for
     assert max(s for s, _ in spans) <= min(e for _, e in spans)
 
 
@@ -170,3 +177,21 @@ def test_merge_skips_a_torn_line(tmp_path: Path) -> None:
     assert (tmp_path / "t.json.rankx").exists()
     with pytest.raises(FileNotFoundError, match="no trace parts"):
         merge.merge(str(tmp_path / "none.json"))
+
+
+def test_trace_merge_command(tmp_path: Path) -> None:
+    """`ringworld trace merge PATH` joins parts left behind (and says so when there are none);
+    `python -m ringworld.trace.merge PATH` is the same command."""
+    out = tmp_path / "left.json"
+    for rank in (0, 1):
+        event = {"name": "barrier", "ph": "X", "ts": 1.0 + rank, "dur": 1.0, "pid": rank,
+                 "tid": 0, "args": {}}
+        (tmp_path / f"left.json.rank{rank}").write_text(json.dumps(event) + "\n")
+    r = subprocess.run([sys.executable, "-m", "ringworld", "trace", "merge", str(out)],
+                       capture_output=True, text=True, timeout=60, check=False)
+    assert r.returncode == 0 and "merged 2 ranks (2 events)" in r.stdout, r.stdout + r.stderr
+    doc = json.loads(out.read_text())
+    assert doc["otherData"]["ranks"] == 2 and not merge.parts(str(out))
+    r = subprocess.run([sys.executable, "-m", "ringworld.trace.merge", str(out) + ".none"],
+                       capture_output=True, text=True, timeout=60, check=False)
+    assert r.returncode == 1 and "no parts" in r.stderr, r.stdout + r.stderr

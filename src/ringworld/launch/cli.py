@@ -7,6 +7,7 @@ Subcommands::
     ringworld run [-n N] [options] -c CODE [ARGS...]
     ringworld run --mpi4py [-n N] ... PROGRAM          its mpi4py import gives ringworld.MPI
     ringworld bench ...                                 when ringworld.bench.cli is present
+    ringworld trace merge PATH                          join a trace's per-rank parts
 
 Other subcommands plug in as modules listed in :data:`SUBCOMMAND_MODULES`. Each provides
 ``add_parser(subparsers)``, which adds its parser to the ``argparse`` subparsers object and sets
@@ -49,7 +50,8 @@ from ringworld.launch.procset import ProcessSet
 from ringworld.launch.report import failure_report, job_exit_code, recovery_exit_code
 
 #: Modules that add subcommands (see the module docstring for the protocol).
-SUBCOMMAND_MODULES = ("ringworld.bench.cli", "ringworld.tuning.cli", "ringworld.tuning.topo_cli")
+SUBCOMMAND_MODULES = ("ringworld.bench.cli", "ringworld.tuning.cli", "ringworld.tuning.topo_cli",
+                      "ringworld.trace.cli")
 
 _DESCRIPTION = "Ringworld: MPI-style communication for Python processes."
 _RUN_DESCRIPTION = """\

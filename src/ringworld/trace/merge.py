@@ -1,6 +1,8 @@
 """Join the ranks' trace parts (``<path>.rank<N>``, JSON lines) into one Chrome trace file.
 
-Light on purpose (json and os only): the launcher calls it after every traced job.
+Light on purpose (json and os only): the launcher calls it after every traced job. From the
+command line: ``ringworld trace merge PATH`` (:mod:`ringworld.trace.cli`); ``python -m
+ringworld.trace.merge PATH`` runs the same command.
 """
 
 from __future__ import annotations
@@ -81,3 +83,11 @@ def merge(path: str, *, remove_parts: bool = True) -> tuple[int, int]:
         for part in found:
             os.unlink(part)
     return len(found), len(events)
+
+
+if __name__ == "__main__":
+    import sys
+
+    from ringworld.trace.cli import main
+
+    sys.exit(main(["merge", *sys.argv[1:]]))

@@ -10,7 +10,9 @@ parts into one file that ui.perfetto.dev and chrome://tracing open.
 
 What a rank records:
 - one complete event ("ph": "X") per blocking call, on the track of its communicator, with the
-  bytes, the peer or root, the tag and, for collectives, the algorithm that ran;
+  bytes, the peer or root, the tag and, for collectives, the algorithm that ran (a buffer
+  collective's slice is named with its bytes and algorithm, "allreduce 8 B shm", the call
+  itself in ``args.call``);
 - for a nonblocking call, its posting ("post" category) and a span from posting to the moment a
   wait or test saw it complete, on a separate "requests" track of the communicator;
 - every blocking wait of the progress engine ("wait" category) with what it waited for (for
@@ -43,6 +45,16 @@ _recorder: Recorder | None = None
 
 def _now_us() -> float:
     return time.time_ns() / 1000.0
+
+
+def _size(nbytes: Any) -> str:
+    """``nbytes`` as a slice name shows it (8 B, 64 KiB, 1.5 MiB); "" if unknown."""
+    if not isinstance(nbytes, int):
+        return ""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.3g} {unit}"
+    return f"{nbytes} B"
 
 
 def _nbytes(value: Any) -> int | None:
@@ -224,14 +236,19 @@ def _wrap(fn: Callable[..., Any], method: str, mark: hooks.Mark) -> Callable[...
             rec.depth -= 1
             rec.current = None
         end = _now_us()
+        shown = method
         if names_algorithm:
-            info["algorithm"] = getattr(self, "last_algorithm", "")
+            algorithm = info["algorithm"] = getattr(self, "last_algorithm", "")
+            # the timeline shows what ran without a click: "allreduce 8 B shm"
+            shown = " ".join(x for x in (method, _size(info.get("bytes")), algorithm) if x)
+            info["call"] = method
         if nonblocking:
-            rec.complete(method, "post", start, end, tid, info)
-            if result is not None and hasattr(result, "done"):
-                rec.watch(result, method[1:], start, tid, info)
+            rec.complete(shown, "post", start, end, tid, info)
+            if result is not None and hasattr(result, "done"):  # its span, named as blocking
+                span = {**info, "call": method[1:]} if names_algorithm else info
+                rec.watch(result, shown[1:], start, tid, span)
         else:
-            rec.complete(method, cat, start, end, tid, info)
+            rec.complete(shown, cat, start, end, tid, info)
         return result
 
     return traced
