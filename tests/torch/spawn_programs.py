@@ -96,8 +96,46 @@ def modern(rank: int, size: int, method: str, backend: str, out: Any) -> None:
     events = sorted({e.key for e in prof.key_averages() if "all_reduce" in e.key
                      or "allreduce" in e.key})
     out.put({"rank": rank, "redistributed": redistributed, "compiled": compiled,
-             "events": events, "losses": _fsdp2_losses(rank, mesh)})
+             "events": events, "losses": _fsdp2_losses(rank, mesh),
+             "tensor_parallel": _tensor_parallel(mesh)})
     dist.destroy_process_group()
+
+
+def _tensor_parallel(mesh: Any) -> list[float]:
+    """A column- then row-parallel pair of layers (tensor parallel over the mesh)."""
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
+
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    parallelize_module(model, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    out: torch.Tensor = model(torch.arange(12.0).reshape(2, 6) / 10)
+    return [round(v, 5) for v in out.detach().reshape(-1).tolist()]
+
+
+def stalled(rank: int, size: int, method: str, out: Any) -> None:
+    """A group with a 2 s timeout (passed with store=); rank 1 does not come to the second
+    all_reduce: the others' must fail as the group's timeout says, not hang."""
+    import ringworld.torch  # noqa: F401
+
+    store = dist.FileStore(method[len("file://"):], size)
+    dist.init_process_group("ringworld", store=store, rank=rank, world_size=size,
+                            timeout=timedelta(seconds=2))
+    t = torch.ones(3)
+    dist.all_reduce(t)
+    if rank == 1:
+        time.sleep(12)
+        return
+    start = time.monotonic()
+    try:
+        dist.all_reduce(t)
+        out.put({"rank": rank, "error": None})
+    except Exception as exc:
+        out.put({"rank": rank, "error": f"{type(exc).__name__}: {exc}"[:400],
+                 "seconds": time.monotonic() - start})
 
 
 def _fsdp2_losses(rank: int, mesh: Any) -> list[float]:
@@ -129,9 +167,10 @@ def main() -> None:
     kind, size = sys.argv[1], int(sys.argv[2])
     ctx = mp.get_context("spawn")
     out = ctx.Queue()  # the ranks' results, printed here one line each (rank prints interleave)
-    if kind == "killed":
+    if kind in ("killed", "stalled"):
         method = "file://" + tempfile.mktemp(prefix="ringworld-test-")
-        procs = [ctx.Process(target=killed, args=(r, size, method, out)) for r in range(size)]
+        body = killed if kind == "killed" else stalled
+        procs = [ctx.Process(target=body, args=(r, size, method, out)) for r in range(size)]
         for p in procs:
             p.start()
         for _ in range(size - 1):

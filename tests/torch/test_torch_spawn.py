@@ -73,6 +73,16 @@ def test_device_mesh_dtensor_compile_profiler_and_fsdp2_as_on_gloo() -> None:
         assert r["compiled"] == [2.0 * (2 * i + 1) + 1 for i in range(3)], r
         assert r["events"] == ["ringworld:allreduce"], r
         assert r["losses"] == g["losses"] and len(set(r["losses"])) > 1, (r, g)
+        assert r["tensor_parallel"] == g["tensor_parallel"], (r, g)
+
+
+@pytest.mark.timeout(200)
+def test_the_group_timeout_bounds_a_call_a_rank_never_joins() -> None:
+    results = _run("stalled", "2")
+    assert [r["rank"] for r in results] == [0]
+    r = results[0]
+    assert r["error"] is not None and r["error"].startswith("DistBackendError"), r
+    assert "Timeout" in r["error"] and 1.5 < r["seconds"] < 8, r
 
 
 def _torchrun(*args: str) -> subprocess.Popen[str]:

@@ -120,7 +120,9 @@ class ProcessGroupRingworld(dist.ProcessGroup):  # type: ignore[misc]  # torch's
             return
         with torch.profiler.record_function(f"ringworld:{what}") as span:
             self._worker.submit(task)
-            span._call_end_callbacks_on_future(work.get_future())
+            # the span ends on the worker as the work completes; wait() also waits for that,
+            # so a profiler stopped right after the call still holds the span
+            work.after(span._call_end_callbacks_on_future(work.get_future()))
 
     def _reduction(self, t: torch.Tensor, op: Any, name: str,
                    run: Callable[[np.ndarray[Any, Any]], None]) -> Callable[[], None]:

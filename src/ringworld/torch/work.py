@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from datetime import timedelta
 from typing import Any
@@ -44,10 +45,16 @@ class Work(dist.Work):  # type: ignore[misc]  # torch's class: Any to mypy
         self._error: BaseException | None = None
         self._source = -1
         self._future: torch.futures.Future[Any] = torch.futures.Future()
+        self._after: torch.futures.Future[Any] | None = None
 
     def __repr__(self) -> str:
         state = "failed" if self._error else "done" if self._done.is_set() else "pending"
         return f"<ringworld Work {self._what} {state}>"
+
+    def after(self, fut: torch.futures.Future[Any]) -> None:
+        """Make :meth:`wait` also wait for ``fut`` (the profiler's span closing on the work's
+        future), which completes right after the work's own future."""
+        self._after = fut
 
     def finish(self, error: BaseException | None = None, source: int = -1) -> None:
         """Complete the work (on the worker): wake waiters, then settle the future."""
@@ -71,6 +78,9 @@ class Work(dist.Work):  # type: ignore[misc]  # torch's class: Any to mypy
         seconds = timeout.total_seconds() if timeout else 0.0
         if not self._worker.wait_for(self._done, seconds if seconds > 0 else None):
             raise torch_error(self._what, Timeout(f"not done after {seconds:g} s"))
+        if self._after is not None:
+            with contextlib.suppress(Exception):  # it fails as the work did: raised below
+                self._after.wait()
         if self._error is not None:
             raise self._error
         return True
