@@ -389,15 +389,17 @@ _OWN_SETTINGS_SKIP = ("RINGWORLD_RANK", "RINGWORLD_SIZE", "RINGWORLD_STORE", "RI
 
 
 def world_over(store: Store, rank: int, size: int, *, timeout: float | None = None,
-               connect: Any = None) -> OwnWorld:
+               connect: Any = None, reach: str | None = None) -> OwnWorld:
     """A world of ``size`` ranks met through ``store`` (torch's, for instance), this process
     being ``rank``: not the process's :func:`init` world, so several can come and go. Rank 0
     draws the job id and the secret that authenticates TCP peers, and publishes them in the
     store: the store's own protection is the job's (as for Gloo). Transports as for
     :func:`init` (shared memory on one host, TCP between hosts); settings from the
-    ``RINGWORLD_*`` variables. ``connect()`` gives the liveness monitor a store connection of
-    its own (None: no monitor; peers' deaths are then found by the transports and timeouts).
-    Collective over the ``size`` ranks.
+    ``RINGWORLD_*`` variables; the TCP listener binds this host's address on the route to
+    ``reach`` (``host:port`` every rank reaches, such as torch's TCPStore) unless those say
+    otherwise. ``connect()`` gives the liveness monitor a store connection of its own (None:
+    no monitor; peers' deaths are then found by the transports and timeouts). Collective over
+    the ``size`` ranks.
 
     Raises:
         BootstrapError: the ranks could not meet.  ConfigError: a malformed setting.
@@ -410,7 +412,8 @@ def world_over(store: Store, rank: int, size: int, *, timeout: float | None = No
         store.set("rw/own/secret", os.urandom(32).hex().encode())
     job = store.get("rw/own/job", BOOTSTRAP_TIMEOUT).decode()
     secret = bytes.fromhex(store.get("rw/own/secret", BOOTSTRAP_TIMEOUT).decode())
-    cfg = cfg._replace(rank=rank, size=size, job_id=f"own{job}", secret=secret)
+    cfg = cfg._replace(rank=rank, size=size, job_id=f"own{job}", secret=secret,
+                       store_addr=reach)
     kind = cfg.transport
     try:
         route, kind, hosts, cpus = _build_routes(cfg, kind, store) if size > 1 else (

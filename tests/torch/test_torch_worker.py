@@ -104,3 +104,19 @@ def test_call_returns_the_result_after_earlier_tasks_and_stop_ends_the_thread() 
         w.call(lambda: 1 // 0)
     w.stop()
     assert not w.alive
+
+
+def test_the_tcp_listener_follows_the_route_to_torchs_store() -> None:
+    """world_over binds TCP where the ranks reach torch's TCPStore: its address is found
+    under the PrefixStores torch wraps it in (a FileStore has none)."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    from ringworld.torch.store import store_address
+
+    tcp = dist.TCPStore("127.0.0.1", 0, 1, True, timeout=timedelta(seconds=5),
+                        wait_for_workers=False)
+    wrapped = dist.PrefixStore("default_pg/", dist.PrefixStore("attempt_0/", tcp))
+    assert store_address(wrapped) == f"127.0.0.1:{tcp.port}"
+    assert store_address(dist.HashStore()) is None

@@ -37,7 +37,7 @@ from ringworld.collective.communicator import Communicator
 from ringworld.errors import StoreError
 from ringworld.torch._worker import worker
 from ringworld.torch.process_group import BACKEND_NAME, ProcessGroupRingworld
-from ringworld.torch.store import TorchStore
+from ringworld.torch.store import TorchStore, store_address
 
 SCHEME = "ringworld"
 _registered = False
@@ -137,7 +137,8 @@ def _default(rank: int, size: int, store: Any, timeout: float | None
         connect: Any = ts.clone
     except StoreError:
         connect = None
-    own = runtime.world_over(ts, rank, size, timeout=timeout, connect=connect)
+    own = runtime.world_over(ts, rank, size, timeout=timeout, connect=connect,
+                             reach=store_address(store))
     atexit.register(own.close)
     _base = own.comm
     return own.comm, own

@@ -86,3 +86,17 @@ class TorchStore(Store):
             raise StoreError(f"torch store: {what} {key!r}: {exc}") from None
         except RuntimeError as exc:  # the store's server is gone, a file was removed, ...
             raise StoreError(f"torch store: {what} {key!r}: {exc}") from None
+
+
+def store_address(store: Any) -> str | None:
+    """``host:port`` of the TCPStore under ``store`` (PrefixStores unwrapped), else None: the
+    route to it tells which interface a rank's TCP listener should bind (ranks on several
+    hosts reach each other where they reach torch's store)."""
+    for _ in range(16):  # PrefixStores nest a few deep
+        if isinstance(store, dist.TCPStore):
+            return f"{store.host}:{store.port}"
+        inner = getattr(store, "underlying_store", None)
+        if inner is None:
+            return None
+        store = inner
+    return None
