@@ -269,3 +269,30 @@ def test_rounds_merge_to_medians_and_ratio_ranges() -> None:
     text = render(merged, "allreduce", 2)
     assert "median of 3 alternating rounds" in text and "1.00x (0.50-2.00)" in text
     assert merge_rounds([rnd(1.0, 2.0)])[1].rows[0]["time_us"] == 2.0  # one round: as is
+
+
+def test_load_runs_beside_busy_processes_and_stops_them() -> None:
+    """`--load N` starts N spinning processes for the run and kills them however it ends."""
+    from ringworld.bench import load
+
+    with load.busy(2) as pids:
+        assert len(pids) == 2
+        for pid in pids:
+            os.kill(pid, 0)  # alive
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)  # killed and reaped
+    with pytest.raises(RuntimeError), load.busy(1) as pids:
+        raise RuntimeError("the benchmark failed")
+    with pytest.raises(ProcessLookupError):
+        os.kill(pids[0], 0)
+    assert "quiet" in load.describe(0) and "beside 2 busy processes" in load.describe(2)
+
+
+def test_the_table_says_it_was_taken_under_load(tmp_path: Path) -> None:
+    proc, doc = _bench(tmp_path, "allreduce", "--load", "1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "conditions: beside 1 busy process started by the benchmark" in proc.stdout
+    assert doc["meta"]["load"] == 1
+    proc = _run([sys.executable, "-m", "ringworld", "bench", "allreduce", "--load", "-1"])
+    assert proc.returncode == 2 and "--load -1" in proc.stderr, proc.stderr

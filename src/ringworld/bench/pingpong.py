@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ringworld._argtypes import parse_size, parse_sizes
-from ringworld.bench import runners
+from ringworld.bench import load, runners
 from ringworld.bench.pingpong_rank import parse_kernels
 from ringworld.bench.report import display_name, fmt_size, render
 from ringworld.bench.runners import RunResult
@@ -59,6 +59,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
                    help="start-up timings per launcher (median shown; 0 skips start-up)")
     p.add_argument("--startup-np", type=int, default=4)
     p.add_argument("--timeout", type=float, default=900.0, help="seconds per job before killing it")
+    p.add_argument("--load", type=int, default=0, metavar="N",
+                   help="run beside N busy processes the benchmark starts and stops (the "
+                        "tables say which; default 0: quiet)")
     p.add_argument("--json", type=Path, default=None, help="write raw results to this file")
     p.set_defaults(func=run)
 
@@ -93,6 +96,7 @@ def _meta(args: argparse.Namespace, sizes: list[int]) -> dict[str, Any]:
         "argv": sys.argv,
         "np": args.np,
         "sizes": sizes,
+        "load": args.load,
         "iters": args.iters,
         "repeats": args.repeats,
         "loadavg_before": _load(),
@@ -115,9 +119,10 @@ def _warn_if_busy() -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Handler of ``ringworld bench pingpong``."""
-    if args.np < 2 or args.iters < 1 or args.repeats < 1 or args.startup_np < 1:
-        print("bench pingpong: -n must be >= 2, --iters/--repeats/--startup-np >= 1",
-              file=sys.stderr)
+    if (args.np < 2 or args.iters < 1 or args.repeats < 1 or args.startup_np < 1
+            or args.load < 0):
+        print("bench pingpong: -n must be >= 2, --iters/--repeats/--startup-np >= 1, "
+              "--load >= 0", file=sys.stderr)
         return 2
     if args.sizes is not None:
         sizes = args.sizes
@@ -134,9 +139,21 @@ def run(args: argparse.Namespace) -> int:
     transports = ["shm", "tcp"] if args.transport == "both" else [args.transport]
     rank_args = _rank_args(args, sizes)
     _progress(f"sizes {', '.join(fmt_size(s) for s in sizes)}; np={args.np}")
-    _warn_if_busy()
+    if not args.load:
+        _warn_if_busy()
     meta = _meta(args, sizes)
+    with load.busy(args.load):
+        results = _measure_all(args, transports, rank_args, peer)
+    print(render(results, args.np, args.startup_np))
+    print(load.describe(args.load))
+    _write_json(args, meta, results)
+    failed = any(not r.ok or (r.startup and "error" in r.startup) for r in results)
+    return 1 if failed else 0
 
+
+def _measure_all(args: argparse.Namespace, transports: list[str], rank_args: list[str],
+                 peer: Any) -> list[RunResult]:
+    """Every run the arguments ask for: Ringworld per transport, then the peers."""
     results: list[RunResult] = []
     for transport in transports:
         _progress(f"ringworld over {transport} ...")
@@ -156,8 +173,11 @@ def run(args: argparse.Namespace) -> int:
     if "socket" in args.against:
         _progress("plain socket stream ...")
         results.append(_finish(runners.measure_socket(rank_args, args.timeout)))
+    return results
 
-    print(render(results, args.np, args.startup_np))
+
+def _write_json(args: argparse.Namespace, meta: dict[str, Any],
+                results: list[RunResult]) -> None:
     if args.json is not None:
         doc = {
             "meta": meta,
@@ -171,5 +191,3 @@ def run(args: argparse.Namespace) -> int:
         }
         args.json.write_text(json.dumps(doc, indent=1))
         _progress(f"raw results in {args.json}")
-    failed = any(not r.ok or (r.startup and "error" in r.startup) for r in results)
-    return 1 if failed else 0

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ringworld.bench import runners
+from ringworld.bench import load, runners
 from ringworld.bench.pingpong import parse_size, parse_sizes
 from ringworld.bench.report import fmt_size, render_table
 from ringworld.bench.sweep_rank import (
@@ -396,6 +396,9 @@ def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
                              "medians (default 1)")
     common.add_argument("--timeout", type=float, default=900.0,
                         help="seconds per job before killing it (default 900)")
+    common.add_argument("--load", type=int, default=0, metavar="N",
+                        help="run beside N busy processes the benchmark starts and stops "
+                             "(the table says which; default 0: quiet)")
     common.add_argument("--json", type=Path, default=None, help="write raw results here")
     common.add_argument("--plot", type=Path, default=None,
                         help="draw busbw against size to this image (needs matplotlib)")
@@ -416,7 +419,7 @@ def _meta(args: argparse.Namespace, sizes: list[int]) -> dict[str, Any]:
         "numpy": numpy.__version__, "argv": sys.argv, "collective": args.collective,
         "np": args.np, "sizes": sizes, "transport": args.transport,
         "algorithm": args.algorithm, "check": args.check, "iters": args.iters,
-        "time_per_size": args.time_per_size, "rounds": args.rounds,
+        "time_per_size": args.time_per_size, "rounds": args.rounds, "load": args.load,
     }
 
 
@@ -448,6 +451,8 @@ def run(args: argparse.Namespace) -> int:
     """Handler of ``ringworld bench <collective>``."""
     try:
         sizes = _validate(args)
+        if args.load < 0:
+            raise ValueError(f"--load {args.load} must be >= 0")
     except ValueError as exc:
         print(f"bench {args.collective}: {exc}", file=sys.stderr)
         return 2
@@ -456,12 +461,14 @@ def run(args: argparse.Namespace) -> int:
                   f"np={args.np}")
     meta = _meta(args, sizes)
     rounds = []
-    for k in range(args.rounds):
-        if args.rounds > 1:
-            _progress(f"round {k + 1} of {args.rounds}")
-        rounds.append(run_all(args, sizes))
+    with load.busy(args.load):
+        for k in range(args.rounds):
+            if args.rounds > 1:
+                _progress(f"round {k + 1} of {args.rounds}")
+            rounds.append(run_all(args, sizes))
     runs = merge_rounds(rounds)
     print(render(runs, args.collective, args.np))
+    print(load.describe(args.load))
     if args.json is not None:
         doc = {"meta": meta, "runs": {r.label: r.to_json() for r in runs}}
         args.json.write_text(json.dumps(doc, indent=1))
