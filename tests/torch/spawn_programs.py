@@ -38,7 +38,12 @@ def _init_backend(method: str, rank: int, size: int, backend: str) -> None:
 
 
 def spawned(rank: int, size: int, methods: list[str], out: Any) -> None:
-    """Two jobs one after the other in this process: all_reduce, a subgroup, destroy."""
+    """Two jobs one after the other in this process: all_reduce, a subgroup, destroy (the
+    process also holds a Ringworld singleton world, as a program using the native API alone
+    would: torch's group is met through torch's store all the same)."""
+    import ringworld
+
+    ringworld.init()  # outside ringworld run: a world of 1
     sums, group = [], []
     for k, method in enumerate(methods):
         _init(method, rank, size)

@@ -3,8 +3,8 @@
 ``ringworld://`` (the ``init_method`` for jobs started by ``ringworld run``) takes rank and world
 size from the Ringworld world and gives torch a shared ``TCPStore`` (rank 0 serves it on a free
 port and tells the others over Ringworld), so Gloo groups and store-based torch features work
-beside the Ringworld backend. A ``rank``/``world_size`` given to ``init_process_group`` must
-agree with the world.
+beside the Ringworld backend. Under ``ringworld run``, a ``rank``/``world_size`` given to
+``init_process_group`` must agree with the Ringworld world.
 
 Without ``ringworld run`` (``mp.spawn`` with ``file://`` or ``tcp://``, torchrun with
 ``env://``, ``store=``), the default group's ranks meet through the store torch hands the
@@ -123,7 +123,8 @@ def _default(rank: int, size: int, store: Any, timeout: float | None
              ) -> tuple[Communicator, runtime.OwnWorld | None]:
     """On the worker: the default group's communicator, and the world built for it if any."""
     global _base
-    if ringworld.initialized() or os.environ.get("RINGWORLD_STORE"):  # under ringworld run
+    launched = os.environ.get("RINGWORLD_STORE")  # under ringworld run
+    if launched or (ringworld.initialized() and (ringworld.init().size > 1 or size == 1)):
         world = ringworld.init()
         if rank != world.rank:
             raise _world_mismatch("rank", rank, world)
