@@ -128,6 +128,25 @@ def _build_routes(cfg: _config.Config, kind: str, store: Store
     return route, "tcp", hosts, cpus
 
 
+def _meet(cfg: _config.Config, kind: str, store: Store | None
+          ) -> tuple[list[Transport | None], str, list[str], list[int]]:
+    """The world's routes as :func:`_build_routes` gives them, for a world of one too (no
+    store needed); a transport that cannot be set up is a BootstrapError."""
+    if cfg.size == 1 or store is None:
+        return [None] * cfg.size, "shm" if kind == "auto" else kind, [_host_label(cfg)], \
+            [usable_cpus()]
+    try:
+        return _build_routes(cfg, kind, store)
+    except OSError as exc:
+        raise BootstrapError(f"rank {cfg.rank}: {kind} transport set-up failed: {exc}") from exc
+
+
+def _world_of(engine: Engine, cfg: _config.Config, kind: str) -> Communicator:
+    """The world communicator over ``engine``, with the job's selector."""
+    selector = job_selector(cfg.tuning_file, cfg.algorithms, cfg.tuner)
+    return Communicator(engine, range(cfg.size), WORLD_CONTEXT, "world", selector, kind)
+
+
 def _bind_address(cfg: _config.Config) -> str:
     """The address this rank's TCP listener binds: RINGWORLD_IFACE's, RINGWORLD_BIND, else
     this host's address on the route to the job store when that is not on loopback.
@@ -190,33 +209,27 @@ def init(*, transport: str | None = None, timeout: float | None = None,
             return _world
         cfg = _config.from_env()
         kind = transport or cfg.transport
-        route: list[Transport | None] = [None] * cfg.size
-        hosts = [_host_label(cfg)]
-        cpus = [usable_cpus()]
         store: Store | None = None
-        if cfg.size > 1:
-            try:
+        try:
+            if cfg.size > 1:
                 store, cfg = _rendezvous(cfg)
-                route, kind, hosts, cpus = _build_routes(cfg, kind, store)
-            except RingworldError:
-                if store is not None:
-                    store.close()
-                raise
-            except OSError as exc:
-                if store is not None:
-                    store.close()
-                raise BootstrapError(f"rank {cfg.rank}: {kind} transport set-up failed: {exc}") \
-                    from exc
-        elif kind == "auto":
-            kind = "shm"
+            route, kind, hosts, cpus = _meet(cfg, kind, store)
+        except RingworldError:
+            if store is not None:
+                store.close()
+            raise
+        except OSError as exc:  # meeting the store
+            if store is not None:
+                store.close()
+            raise BootstrapError(f"rank {cfg.rank}: {kind} transport set-up failed: {exc}") \
+                from exc
         engine = Engine(cfg.rank, cfg.size, route, timeout if timeout is not None else cfg.timeout,
                         hosts=hosts, cpus=cpus)
         if store is not None and cfg.liveness_timeout > 0:
             _start_monitor(engine, cfg)
         _engine = engine
         _store = store
-        selector = job_selector(cfg.tuning_file, cfg.algorithms, cfg.tuner)
-        _world = Communicator(engine, range(cfg.size), WORLD_CONTEXT, "world", selector, kind)
+        _world = _world_of(engine, cfg, kind)
         if cfg.trace:
             _start_trace(cfg)
         atexit.register(_finalize_at_exit)
@@ -414,19 +427,13 @@ def world_over(store: Store, rank: int, size: int, *, timeout: float | None = No
     secret = bytes.fromhex(store.get("rw/own/secret", BOOTSTRAP_TIMEOUT).decode())
     cfg = cfg._replace(rank=rank, size=size, job_id=f"own{job}", secret=secret,
                        store_addr=reach)
-    kind = cfg.transport
-    try:
-        route, kind, hosts, cpus = _build_routes(cfg, kind, store) if size > 1 else (
-            [None], "shm" if kind == "auto" else kind, [_host_label(cfg)], [usable_cpus()])
-    except OSError as exc:
-        raise BootstrapError(f"rank {rank}: {kind} transport set-up failed: {exc}") from exc
+    route, kind, hosts, cpus = _meet(cfg, cfg.transport, store)
     engine = Engine(rank, size, route, timeout if timeout is not None else cfg.timeout,
                     hosts=hosts, cpus=cpus)
     monitor = None
     if connect is not None and size > 1 and cfg.liveness_timeout > 0:
         monitor = Monitor.attach(engine, connect, cfg.liveness_timeout)
-    selector = job_selector(cfg.tuning_file, cfg.algorithms, cfg.tuner)
-    comm = Communicator(engine, range(size), WORLD_CONTEXT, "world", selector, kind)
+    comm = _world_of(engine, cfg, kind)
     trace = None
     if cfg.trace:  # RINGWORLD_TRACE: recorded here, merged by the last rank to close
         from ringworld.trace import recorder

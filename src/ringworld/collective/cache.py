@@ -104,7 +104,7 @@ class CallCache:
         except TypeError:  # an unhashable op or root: the checked path says what is wrong
             return None
         if kept is not None:
-            self.last[coll] = (send, weakref.ref(recvbuf), extra, recvbuf.dtype, *kept)
+            self._remember(coll, send, recvbuf, extra, kept)
         return kept
 
     def keep(self, call: Call, sendbuf: Any, recvbuf: Any, sb: Array, rb: Array, extra: Any,
@@ -130,19 +130,28 @@ class CallCache:
                 self.shapes[key] = kept
         except TypeError:  # an unhashable op or root (accepted by the checks): not kept
             return
-        self.last[call.collective] = (send, weakref.ref(recvbuf), extra, recvbuf.dtype, *kept)
+        self._remember(call.collective, send, recvbuf, extra, kept)
 
-    def op(self, op: Any, dtype: np.dtype[Any]) -> Op:
-        """``op`` resolved and checked against ``dtype``.
+    def _remember(self, coll: str, send: Callable[[], Any], recvbuf: Any, extra: Any,
+                  kept: Kept) -> None:
+        """Make these arrays ``coll``'s last call's (see ``last``)."""
+        self.last[coll] = (send, weakref.ref(recvbuf), extra, recvbuf.dtype, *kept)
+
+    def op(self, op: Any, *arrays: Array) -> Op:
+        """``op`` resolved, and checked against the dtype of the first non-empty array (every
+        collective's op check, on any plane).
 
         Raises:
-            TypeError / ValueError: an unknown op, or one undefined on ``dtype``.
+            TypeError / ValueError: an unknown op, or one undefined on that dtype.
         """
-        key = (op, dtype)
-        found = self.ops.get(key)
-        if found is None:
-            found = ops.resolve(op)
-            found.check_dtype(dtype, "the buffers")
-            if len(self.ops) < LIMIT:
-                self.ops[key] = found
-        return found
+        for a in arrays:
+            if a.size:
+                key = (op, a.dtype)
+                found = self.ops.get(key)
+                if found is None:
+                    found = ops.resolve(op)
+                    found.check_dtype(a.dtype, "the buffers")
+                    if len(self.ops) < LIMIT:
+                        self.ops[key] = found
+                return found
+        return ops.resolve(op)

@@ -117,11 +117,7 @@ class Communicator(CommManagement):
         else:
             sig = a.signature(coll, nbytes, kind)
             a = self._shm(coll, timeout, sig=sig)
-        try:  # as _in_windows, inline
-            run(a, sb, rb, o, call.spec.root)
-        except BaseException as exc:
-            a.abandon(exc)
-            raise
+        self._in_windows(run, a, sb, rb, o, call.spec.root)
         if call.finish is not None:
             call.finish()
         if keep is not None:

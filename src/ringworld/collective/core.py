@@ -19,7 +19,6 @@ from ringworld.algorithms.registry import SHM
 from ringworld.algorithms.schedule import Spec
 from ringworld.collective.cache import CallCache
 from ringworld.collective.objects import ObjectCollectives
-from ringworld.comm import ops
 from ringworld.comm.engine import Engine
 from ringworld.comm.hooks import observable, observed
 from ringworld.comm.ops import Op
@@ -226,10 +225,7 @@ class CollectiveCore(ObjectCollectives):
         Raises:
             TypeError / ValueError: an unknown op, or one undefined on that dtype.
         """
-        for b in bufs:
-            if b.size:
-                return self._cache.op(op, b.dtype)
-        return ops.resolve(op)
+        return self._cache.op(op, *bufs)
 
     def _root(self, root: int) -> int:
         self._world(root, "root")  # validates

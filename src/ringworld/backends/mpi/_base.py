@@ -11,6 +11,7 @@ from mpi4py import MPI
 
 from ringworld.backends.mpi._requests import Matcher, Poller
 from ringworld.collective import buffers as bufs
+from ringworld.collective.cache import CallCache
 from ringworld.comm.requests import ANY_SOURCE, ANY_TAG, TAG_UB
 from ringworld.errors import CommError
 
@@ -56,6 +57,7 @@ class Base:
         ub = comm.Get_attr(MPI.TAG_UB)
         self._tag_ub = min(TAG_UB, int(ub) if ub is not None else 32767)
         self._world_ranks: tuple[int, ...] | None = None
+        self._calls = CallCache()  # the collective table's op checks, as natively
 
     def __repr__(self) -> str:
         return f"<MpiComm {self.name!r} rank {self.rank} of {self.size}>"

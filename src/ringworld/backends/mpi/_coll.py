@@ -64,12 +64,7 @@ class Collectives(Base):
     def _op(self, op: OpLike, *arrays: bufs.Array) -> ops.Op:
         """``op`` resolved and checked on the first non-empty array's dtype (as the native
         communicator checks it). Raises: TypeError / ValueError."""
-        o = ops.resolve(op)
-        for a in arrays:
-            if a.size:
-                o.check_dtype(a.dtype, "the buffers")
-                break
-        return o
+        return self._calls.op(op, *arrays)
 
     def _go(self, req: Any, what: str, keep: object, blocking: bool, timeout: float | None,
             finish: Callable[[Any], None] | None = None) -> Request[None]:
