@@ -100,3 +100,17 @@ class TruncationError(CommError):
 
 class CommBroken(CommError):
     """The communicator hit a fatal error earlier and can no longer be used."""
+
+
+class DeviceUnavailable(RingworldError):
+    """A device buffer reached a call, but what the GPU plane needs is missing here (a CUDA
+    driver, the NCCL binding or library); the message names it and how to install it."""
+
+
+class DeviceError(CommError):
+    """NCCL or CUDA reported an error for a device call; ``code`` is NCCL's result code, or
+    None for a CUDA error."""
+
+    def __init__(self, message: str, code: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code

@@ -16,7 +16,9 @@ LAYERS: list[set[str]] = [
     {"transport"},
     {"comm"},
     {"algorithms"},
-    {"topology"},
+    # the device plane (NCCL) sits beside the host paths, below the tuning that chooses them;
+    # its GPU listing reads the topology's nvidia-smi parser
+    {"topology", "device"},
     {"tuning"},
     {"collective"},
     # adapters, tools and the process-wide entry points

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import numpy as np
 
@@ -15,6 +15,16 @@ Array = np.ndarray[Any, Any]
 
 
 EMPTY_U8: Final[Array] = np.empty(0, dtype=np.uint8)
+
+
+class Sized(Protocol):
+    """What the count checks read of a buffer (a numpy array, a device array's description)."""
+
+    @property
+    def size(self) -> int: ...
+
+    @property
+    def dtype(self) -> Any: ...
 
 
 def as_array(buf: Any, name: str, *, writable: bool = False) -> Array:
@@ -56,7 +66,7 @@ def as_array(buf: Any, name: str, *, writable: bool = False) -> Array:
     return a.reshape(-1)
 
 
-def same_dtype(a: Array, b: Array, an: str, bn: str) -> None:
+def same_dtype(a: Sized, b: Sized, an: str, bn: str) -> None:
     """Raise TypeError unless ``a`` and ``b`` have the same dtype."""
     if a.dtype != b.dtype:
         raise TypeError(f"{an} has dtype {a.dtype} but {bn} has dtype {b.dtype}; they must match")
@@ -79,7 +89,7 @@ def int_list(values: Any, size: int, name: str) -> tuple[int, ...]:
     return out
 
 
-def layout(counts: Any, displs: Any, size: int, buf: Array, cname: str, dname: str,
+def layout(counts: Any, displs: Any, size: int, buf: Sized, cname: str, dname: str,
            bname: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """Checked (counts, displs) for a v-collective; displs default to packed.
 
@@ -103,7 +113,7 @@ def layout(counts: Any, displs: Any, size: int, buf: Array, cname: str, dname: s
     return c, dd
 
 
-def blocks_of(buf: Array, size: int, name: str) -> int:
+def blocks_of(buf: Sized, size: int, name: str) -> int:
     """Elements per rank of a buffer holding one block per rank.
 
     Raises:
@@ -115,7 +125,7 @@ def blocks_of(buf: Array, size: int, name: str) -> int:
     return buf.size // size
 
 
-def check_len(buf: Array, expected: int, name: str, why: str) -> None:
+def check_len(buf: Sized, expected: int, name: str, why: str) -> None:
     """Raise ValueError unless ``buf`` has ``expected`` elements."""
     if buf.size != expected:
         raise ValueError(f"{name} has {buf.size} elements but {expected} are needed ({why})")

@@ -26,6 +26,7 @@ from ringworld.collective.core import OpLike
 from ringworld.collective.management import CommManagement
 from ringworld.collective.markers import IN_PLACE, UNDEFINED
 from ringworld.comm import ops
+from ringworld.comm.foreign import DeviceBuffer
 from ringworld.comm.hooks import observable, observed
 from ringworld.comm.ops import Op
 from ringworld.comm.requests import (
@@ -37,6 +38,7 @@ from ringworld.errors import CommRevoked, MismatchError, PeerFailure
 if TYPE_CHECKING:
     from ringworld.algorithms import shm_collectives as shm
     from ringworld.collective.buffers import Array
+    from ringworld.device.plane import Plane
 else:  # imported on the first collective call: init() and point-to-point never load numpy
     shm = LazyModule("ringworld.algorithms.shm_collectives", globals(), "shm")
 
@@ -64,7 +66,11 @@ class Communicator(CommManagement):
         try:
             call = prepare(self, *args)
         except calls.Refused as exc:
+            if isinstance(exc.error, DeviceBuffer):
+                return self._on_device(prepare, args, blocking, timeout)
             refused = exc  # raised below, outside this handler: the user sees the error alone
+        except DeviceBuffer:  # a buffer in GPU memory: the device plane's call
+            return self._on_device(prepare, args, blocking, timeout)
         else:
             return self._start(call, algorithm, blocking, timeout, keep)
         if refused.collective == "reduce":
@@ -72,6 +78,32 @@ class Communicator(CommManagement):
         else:
             self._refuse(refused.collective, refused.error)
         raise refused.error
+
+    def _on_device(self, prepare: Callable[..., Call], args: tuple[Any, ...], blocking: bool,
+                   timeout: float | None) -> Request[None]:
+        """Run a call on device buffers on the NCCL plane (see :mod:`ringworld.device.plane`).
+
+        Raises:
+            TypeError: a host buffer beside a device one, a device of another kind, a type or
+                op NCCL lacks; DeviceUnavailable: no CUDA driver or NCCL here. Then what the
+                run raises (MismatchError, Timeout, PeerFailure, DeviceError).
+        """
+        from ringworld.collective import device_calls
+
+        device_prepare = device_calls.TABLE[prepare]
+        self.last_algorithm = "nccl"
+        return self.device_plane().run(lambda: device_prepare(self, *args), blocking, timeout)
+
+    def device_plane(self) -> Plane:
+        """This communicator's NCCL plane (made on first use; its NCCL communicator is made by
+        the first device call). Raises: CommError (freed or revoked)."""
+        self._check_open()
+        if self._plane is None:
+            from ringworld.device.plane import Plane
+
+            engine = self._engine
+            self._plane = Plane(self, engine, lambda: engine.timeout)
+        return self._plane
 
     def _start(self, call: Call, algorithm: str | None, blocking: bool, timeout: float | None,
                keep: tuple[Any, Any, Any] | None = None) -> Request[None]:

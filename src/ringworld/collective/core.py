@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from ringworld.algorithms import shm_collectives as shm
     from ringworld.collective import buffers as bufs
     from ringworld.collective.buffers import Array
+    from ringworld.device.plane import Plane
 else:  # imported on the first collective call: init() and point-to-point never load numpy
     np = LazyModule("numpy", globals(), "np")
     executor = LazyModule("ringworld.algorithms.executor", globals(), "executor")
@@ -70,6 +71,7 @@ class CollectiveCore(ObjectCollectives):
         self._done: Request[None] = CompletedRequest(engine, None)  # a blocking call's result
         self._agree_round = 0  # agreements (agree, shrink) made on this communicator
         self._hier: tuple[Self, Self | None] | None = None  # (host comm, leaders comm)
+        self._plane: Plane | None = None  # the NCCL plane, made by the first device call
         self._link_bw: float | None = None  # measured bytes/s between hosts
         hosts, order = self._hosts()
         # each rank's host index when the ranks span hosts (the tuner's topology), else None

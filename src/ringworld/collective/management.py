@@ -189,6 +189,9 @@ class CommManagement(CollectiveCore):
         Local: call it on every rank once no operation on the communicator is pending.
         """
         self._freed = True
+        if self._plane is not None:
+            self._plane.close()
+            self._plane = None
         self._scratch = None
         self._cache.clear()  # the repeated calls would reach the windows directly
         if self._arena is not None:

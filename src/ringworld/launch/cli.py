@@ -51,7 +51,7 @@ from ringworld.launch.report import failure_report, job_exit_code, recovery_exit
 
 #: Modules that add subcommands (see the module docstring for the protocol).
 SUBCOMMAND_MODULES = ("ringworld.bench.cli", "ringworld.tuning.cli", "ringworld.tuning.topo_cli",
-                      "ringworld.trace.cli")
+                      "ringworld.trace.cli", "ringworld.device.info_cli")
 
 _DESCRIPTION = "Ringworld: MPI-style communication for Python processes."
 _RUN_DESCRIPTION = """\

@@ -1,7 +1,9 @@
 """``ringworld topo``, ``ringworld plan`` and ``ringworld calibrate``.
 
 ``ringworld topo [--dump FILE] [--json] [--sysfs DIR]``: discover this machine and print it
-(``--dump`` writes the topology JSON, loadable by ``--topology FILE``).
+(``--dump`` writes the topology JSON, loadable by ``--topology FILE``); on a GPU host also each
+GPU's name and memory, each pair's link (NVML through nvidia-ml-py, else ``nvidia-smi topo -m``)
+and the NCCL library (``--json``: under ``gpu_info``).
 
 ``ringworld plan --topology NAME|FILE --collective C --size S [--ranks N] [--root R] [--json]
 [--plot out.png]``: every candidate schedule with its predicted time, algorithm and bus
@@ -53,20 +55,34 @@ def _ms(t: float) -> str:
 
 def run_topo(args: argparse.Namespace) -> int:
     """Handle ``ringworld topo``."""
-    from ringworld.topology.discover import discover
+    from ringworld.device import gpus
+    from ringworld.topology.discover import discover, run_nvidia_smi
 
-    found = discover(args.sysfs)
+    smi: list[str | None] = []  # discover's `nvidia-smi topo -m`, for the GPU links
+
+    def nvidia_smi() -> str | None:
+        smi.append(run_nvidia_smi())
+        return smi[-1]
+
+    found = discover(args.sysfs, nvidia_smi=nvidia_smi)
+    smi_text = smi[0] if smi else None
     if args.dump:
         dump(found.topology, args.dump)
     if args.json:
+        listed, reason = gpus.list_gpus()
+        links, why_links = gpus.gpu_links(smi_text) if len(listed) > 1 else ([], "")
         print(json.dumps({"topology": to_json(found.topology), "cores": found.cores,
                           "numa_nodes": found.numa_nodes, "gpus": found.gpus,
-                          "notes": found.notes}, indent=1))
+                          "notes": found.notes,
+                          "gpu_info": {"gpus": listed, "reason": reason, "links": links,
+                                       "links_reason": why_links}}, indent=1))
         return 0
     print(found.topology.summary())
     print(f"  {found.cores} cores on {found.numa_nodes} NUMA node(s), {found.gpus} GPU(s)")
     for note in found.notes:
         print(f"  note: {note}")
+    for line in gpus.topo_lines(smi_text):
+        print(line)
     if args.dump:
         print(f"  written to {args.dump}")
     return 0
