@@ -60,6 +60,9 @@ _EXPORTS = {
     "Timeout": "ringworld.errors",
     "TransportError": "ringworld.errors",
     "TruncationError": "ringworld.errors",
+    "device_group": "ringworld.collective.devices",
+    "device_stream": "ringworld.device.plane",
+    "init_all": "ringworld.collective.devices",
     "finalize": "ringworld.runtime",
     "finalized": "ringworld.runtime",
     "init": "ringworld.runtime",
@@ -103,9 +106,12 @@ __all__ = [
     "TransportError",
     "TruncationError",
     "__version__",
+    "device_group",
+    "device_stream",
     "finalize",
     "finalized",
     "init",
+    "init_all",
     "initialized",
     "test_all",
     "test_any",
@@ -116,6 +122,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from ringworld.collective.communicator import Communicator
+    from ringworld.collective.devices import device_group, init_all
     from ringworld.collective.markers import IN_PLACE, UNDEFINED
     from ringworld.comm.ops import (
         BAND,
@@ -143,6 +150,7 @@ if TYPE_CHECKING:
         wait_all,
         wait_any,
     )
+    from ringworld.device.plane import device_stream
     from ringworld.errors import (
         BootstrapError,
         CommBroken,

@@ -16,7 +16,8 @@ dead peer (the monitor), a revoked communicator or the deadline abort the NCCL c
 raise ``PeerFailure``/``CommRevoked``/``Timeout`` on every rank. After an abort the next device
 call makes a fresh NCCL communicator, so a refused call leaves the communicator usable.
 
-Streams: a call runs on the stream of :func:`stream` (a ``with`` block of this thread), else the
+Streams: a call runs on the stream of :func:`device_stream` (``ringworld.device_stream``: a
+``with`` block of this thread), else the
 array library's current stream (torch's, CuPy's), else the default stream. ``wait()`` waits for
 the call's work on that stream; later work on the same stream is ordered after it anyway.
 
@@ -41,7 +42,7 @@ _local = threading.local()
 
 
 @contextlib.contextmanager
-def stream(handle: Any) -> Iterator[int]:
+def device_stream(handle: Any) -> Iterator[int]:
     """Run this thread's device calls in the block on ``handle`` (an int, a torch or CuPy
     stream, a ``__cuda_stream__`` object). Raises: TypeError (not a stream)."""
     s = buffers.stream_handle(handle)

@@ -57,7 +57,9 @@ def check(t: Any, name: str) -> torch.Tensor:
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if t.device.type != "cpu":
-        raise ValueError(f"{name} is on {t.device}; the ringworld backend handles CPU tensors")
+        raise ValueError(f"{name} is on {t.device}; this operation of the ringworld backend "
+                         "takes CPU tensors (CUDA tensors: allreduce, reduce, broadcast, "
+                         "allgather, reduce_scatter and alltoall, over NCCL)")
     if t.layout != torch.strided:
         raise TypeError(f"{name} has layout {t.layout}; the ringworld backend needs dense tensors")
     if not t.is_contiguous():

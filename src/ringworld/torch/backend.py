@@ -52,7 +52,8 @@ def register() -> None:
     global _registered
     if _registered:
         return
-    dist.Backend.register_backend(BACKEND_NAME, create, extended_api=True, devices=["cpu"])
+    dist.Backend.register_backend(BACKEND_NAME, create, extended_api=True,
+                               devices=["cpu", "cuda"])
     with contextlib.suppress(RuntimeError):  # an earlier copy of this module (reload) did
         dist.register_rendezvous_handler(SCHEME, rendezvous)
     _registered = True

@@ -29,6 +29,7 @@ from ringworld.collective.communicator import Communicator
 from ringworld.collective.markers import IN_PLACE
 from ringworld.comm.requests import ANY_SOURCE, TAG_UB
 from ringworld.torch import _convert as cv
+from ringworld.torch import gpu
 from ringworld.torch._worker import Worker
 from ringworld.torch.work import Work
 
@@ -165,6 +166,8 @@ class ProcessGroupRingworld(dist.ProcessGroup):  # type: ignore[misc]  # torch's
     def allreduce(self, tensors: Tensors, opts: Any = None) -> Work:
         """Reduce ``tensors[0]`` across the group, in place (SUM, PRODUCT, MIN, MAX, BAND, BOR,
         BXOR; AVG = SUM then divide). Cost: one Ringworld allreduce."""
+        if gpu.on_gpu(tensors):
+            return gpu.allreduce(self, tensors, opts)
         t = cv.one(tensors, "tensors")
         op = _op(opts)
         comm, timeout = self.comm, self._seconds(opts)
@@ -175,6 +178,8 @@ class ProcessGroupRingworld(dist.ProcessGroup):  # type: ignore[misc]  # torch's
 
     def allreduce_coalesced(self, tensors: Tensors, opts: Any = None) -> Work:
         """Allreduce several tensors of one dtype as one flat buffer (one call, two copies)."""
+        if gpu.on_gpu(tensors):
+            return gpu.allreduce_coalesced(self, tensors, opts)
         if not tensors:
             return self._queue("allreduce_coalesced", [], lambda: None)
         ts = [cv.check(t, f"tensors[{i}]") for i, t in enumerate(tensors)]
@@ -198,6 +203,8 @@ class ProcessGroupRingworld(dist.ProcessGroup):  # type: ignore[misc]  # torch's
 
     def reduce(self, tensors: Tensors, opts: Any = None) -> Work:
         """Reduce ``tensors[0]`` of every rank into the root's (``opts.rootRank``), in place."""
+        if gpu.on_gpu(tensors):
+            return gpu.reduce(self, tensors, opts)
         t = cv.one(tensors, "tensors")
         root = self._rank(int(opts.rootRank) if opts is not None else 0, "root")
         op = _op(opts)
@@ -224,6 +231,10 @@ class ProcessGroupRingworld(dist.ProcessGroup):  # type: ignore[misc]  # torch's
     def reduce_scatter(self, output_tensors: Tensors, input_tensors: Sequence[Tensors],
                        opts: Any = None) -> Work:
         """Reduce the ranks' ``input_tensors[0]`` lists elementwise; rank i gets entry i."""
+        if gpu.on_gpu(output_tensors, *input_tensors):
+            if len(input_tensors) != 1 or len(output_tensors) != 1:
+                raise ValueError("reduce_scatter takes one output tensor and one input list")
+            return gpu.reduce_scatter(self, output_tensors[0], input_tensors[0], opts)
         out = cv.one(output_tensors, "output_tensors")
         if len(input_tensors) != 1:
             raise ValueError(f"input_tensors must hold one list, got {len(input_tensors)}")
@@ -251,6 +262,8 @@ class ProcessGroupRingworld(dist.ProcessGroup):  # type: ignore[misc]  # torch's
     def reduce_scatter_single(self, output: torch.Tensor, input_: torch.Tensor,
                               opts: Any = None) -> Work:
         """Reduce ``input`` (size x output's elements) across ranks; rank i gets block i."""
+        if gpu.on_gpu([output, input_]):
+            return gpu.reduce_scatter_single(self, output, input_, opts)
         self._blocks(output, input_, "output", "input")
         comm, timeout = self.comm, self._seconds(opts)
         o, _ = cv.reduce_op(_op(opts))
@@ -280,6 +293,8 @@ class ProcessGroupRingworld(dist.ProcessGroup):  # type: ignore[misc]  # torch's
     # ------------------------------------------------------------------ data movement
     def broadcast(self, tensors: Tensors, opts: Any = None) -> Work:
         """Copy the root's ``tensors[0]`` into every rank's (root: ``opts.rootRank``)."""
+        if gpu.on_gpu(tensors):
+            return gpu.broadcast(self, tensors, opts)
         t = cv.one(tensors, "tensors")
         root = self._rank(int(opts.rootRank) if opts is not None else 0, "root")
         if opts is not None and int(opts.rootTensor) != 0:
@@ -292,6 +307,10 @@ class ProcessGroupRingworld(dist.ProcessGroup):  # type: ignore[misc]  # torch's
     def allgather(self, output_tensors: Sequence[Tensors], input_tensors: Tensors,
                   opts: Any = None) -> Work:
         """Every rank's ``input_tensors[0]`` into ``output_tensors[0][rank]`` on every rank."""
+        if gpu.on_gpu(input_tensors, *output_tensors):
+            if len(input_tensors) != 1 or len(output_tensors) != 1:
+                raise ValueError("allgather takes one input tensor and one output list")
+            return gpu.allgather(self, output_tensors[0], input_tensors[0], opts)
         inp = cv.one(input_tensors, "input_tensors")
         if len(output_tensors) != 1:
             raise ValueError(f"output_tensors must hold one list, got {len(output_tensors)}")
@@ -317,6 +336,8 @@ class ProcessGroupRingworld(dist.ProcessGroup):  # type: ignore[misc]  # torch's
     def all_gather_single(self, output: torch.Tensor, input_: torch.Tensor,
                           opts: Any = None) -> Work:
         """Every rank's ``input`` into block ``rank`` of ``output`` (size x input's elements)."""
+        if gpu.on_gpu([output, input_]):
+            return gpu.all_gather_single(self, output, input_, opts)
         self._blocks(input_, output, "input", "output")
         src, dst = cv.array(input_, "input"), cv.array(output, "output")
         comm, timeout = self.comm, self._seconds(opts)
@@ -396,6 +417,8 @@ class ProcessGroupRingworld(dist.ProcessGroup):  # type: ignore[misc]  # torch's
     def alltoall(self, output_tensors: Tensors, input_tensors: Tensors,
                  opts: Any = None) -> Work:
         """``input_tensors[j]`` of rank i into ``output_tensors[i]`` of rank j (no copies)."""
+        if gpu.on_gpu(output_tensors, input_tensors):
+            return gpu.alltoall(self, output_tensors, input_tensors, opts)
         outs = [cv.check(t, f"output_tensors[{i}]") for i, t in enumerate(output_tensors)]
         ins = [cv.check(t, f"input_tensors[{i}]") for i, t in enumerate(input_tensors)]
         self._per_rank(outs, "output_tensors")
@@ -413,6 +436,14 @@ class ProcessGroupRingworld(dist.ProcessGroup):  # type: ignore[misc]  # torch's
                           opts: Any = None) -> Work:
         """Rows of ``input`` to every rank, in blocks of ``input_split_sizes`` (dim 0; empty:
         equal blocks); the blocks received land in ``output`` per ``output_split_sizes``."""
+        if gpu.on_gpu([output, input_]):
+            equal = not output_split_sizes and not input_split_sizes
+            return gpu.all_to_all_single(
+                self, output, input_,
+                None if equal else _split_counts(input_, input_split_sizes, self.comm.size,
+                                                 "input"),
+                None if equal else _split_counts(output, output_split_sizes, self.comm.size,
+                                                 "output"), opts)
         cv.check(output, "output")
         cv.check(input_, "input")
         if output.dtype != input_.dtype:
@@ -440,6 +471,8 @@ class ProcessGroupRingworld(dist.ProcessGroup):  # type: ignore[misc]  # torch's
     # ------------------------------------------------------------------ point to point
     def send(self, tensors: Tensors, dst: int, tag: int = 0) -> Work:
         """Send ``tensors[0]`` to rank ``dst`` with ``tag``; done once the buffer is reusable."""
+        if gpu.on_gpu(tensors):
+            raise gpu.refuse("send")
         t = cv.one(tensors, "tensors")
         dst = self._rank(dst, "dst")
         a = cv.array(t, "tensors[0]")
@@ -448,6 +481,8 @@ class ProcessGroupRingworld(dist.ProcessGroup):  # type: ignore[misc]  # torch's
 
     def recv(self, tensors: Tensors, src: int, tag: int = 0) -> Work:
         """Receive into ``tensors[0]`` from rank ``src`` with ``tag``."""
+        if gpu.on_gpu(tensors):
+            raise gpu.refuse("recv")
         t = cv.one(tensors, "tensors")
         src = self._rank(src, "src")
         a = cv.array(t, "tensors[0]")
@@ -456,6 +491,8 @@ class ProcessGroupRingworld(dist.ProcessGroup):  # type: ignore[misc]  # torch's
 
     def recv_anysource(self, tensors: Tensors, tag: int = 0) -> Work:
         """Receive into ``tensors[0]`` from any rank; ``work._source_rank()`` names it."""
+        if gpu.on_gpu(tensors):
+            raise gpu.refuse("recv")
         t = cv.one(tensors, "tensors")
         a = cv.array(t, "tensors[0]")
         tag = _tag(tag)
