@@ -63,6 +63,7 @@ _EXPORTS = {
     "device_group": "ringworld.collective.devices",
     "device_stream": "ringworld.device.plane",
     "init_all": "ringworld.collective.devices",
+    "local_device": "ringworld.device.cuda",
     "finalize": "ringworld.runtime",
     "finalized": "ringworld.runtime",
     "init": "ringworld.runtime",
@@ -113,6 +114,7 @@ __all__ = [
     "init",
     "init_all",
     "initialized",
+    "local_device",
     "test_all",
     "test_any",
     "wait_all",
@@ -150,6 +152,7 @@ if TYPE_CHECKING:
         wait_all,
         wait_any,
     )
+    from ringworld.device.cuda import local_device
     from ringworld.device.plane import device_stream
     from ringworld.errors import (
         BootstrapError,

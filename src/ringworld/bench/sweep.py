@@ -47,7 +47,7 @@ from ringworld.bench.sweep_rank import (
     bus_factor,
 )
 
-PEERS = ("mpi4py", "gloo")
+PEERS = ("mpi4py", "gloo", "nccl")
 
 
 @dataclass(slots=True)
@@ -140,7 +140,7 @@ def run_sweep(run: SweepRun, argv_for: Callable[[list[str]], list[str]],
 def _rank_args(args: argparse.Namespace, sizes: list[int]) -> list[str]:
     out = ["--collective", args.collective, "--sizes", ",".join(map(str, sizes)),
            "--iters", str(args.iters), "--time-per-size", str(args.time_per_size),
-           "--timeout", str(args.timeout)]
+           "--timeout", str(args.timeout), "--device", args.device]
     if not args.check:
         out.append("--no-check")
     return out
@@ -151,21 +151,25 @@ def run_all(args: argparse.Namespace, sizes: list[int]) -> list[SweepRun]:
     base = _rank_args(args, sizes)
     runs: list[SweepRun] = []
     mine = [*base, *(["--algorithm", args.algorithm] if args.algorithm else [])]
-    _progress(f"ringworld over {args.transport} ...")
+    where = "cuda" if args.device == "cuda" else args.transport
+    _progress(f"ringworld over {'NCCL (CUDA buffers)' if where == 'cuda' else where} ...")
     runs.append(run_sweep(
-        SweepRun(f"rw-{args.transport}", "ringworld"),
+        SweepRun(f"rw-{where}", "ringworld"),
         lambda prog: runners.ringworld_run_argv(args.np, args.transport, prog),
         mine, args.timeout))
     for peer in dict.fromkeys(args.against):
         run = SweepRun(peer, peer)
         launcher: runners.MpiPeer | runners.TorchPeer
         try:
+            if (peer == "nccl") != (args.device == "cuda"):
+                raise ValueError(f"{peer} runs on {'CUDA' if peer == 'nccl' else 'host'} "
+                                 f"buffers, and this sweep's are on {args.device}")
             if peer == "mpi4py":
                 launcher = runners.find_mpi_peer(args.mpi_python)
                 _progress(f"mpi4py under {launcher.mpiexec} ...")
             else:
                 launcher = runners.find_torch_peer([args.torch_python, args.mpi_python])
-                _progress(f"gloo with {launcher.python} ...")
+                _progress(f"{peer} with {launcher.python} ...")
         except ValueError as exc:
             run.skipped = str(exc)
             _progress(f"{peer}: skipped: {exc}")
@@ -384,7 +388,11 @@ def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
     common.add_argument("--check", action=argparse.BooleanOptionalAction, default=True,
                         help="verify every size against a numpy reference (default on)")
     common.add_argument("--against", action="append", choices=PEERS, default=[],
-                        help="also run a peer: mpi4py (under mpiexec) or gloo (torch)")
+                        help="also run a peer: mpi4py (under mpiexec), gloo or nccl (torch's "
+                             "ProcessGroupNCCL, with --device cuda)")
+    common.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="buffers on the host (default) or on each rank's GPU (torch CUDA "
+                             "tensors: Ringworld's NCCL plane)")
     common.add_argument("--mpi-python", default=os.environ.get("RINGWORLD_MPI_PYTHON"),
                         help="python (or venv) with mpi4py and mpich; default "
                              "$RINGWORLD_MPI_PYTHON, else the current python")
@@ -419,6 +427,7 @@ def _meta(args: argparse.Namespace, sizes: list[int]) -> dict[str, Any]:
         "numpy": numpy.__version__, "argv": sys.argv, "collective": args.collective,
         "np": args.np, "sizes": sizes, "transport": args.transport,
         "algorithm": args.algorithm, "check": args.check, "iters": args.iters,
+        "device": args.device,
         "time_per_size": args.time_per_size, "rounds": args.rounds, "load": args.load,
     }
 

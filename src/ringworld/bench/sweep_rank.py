@@ -26,6 +26,10 @@ Ringworld installed):
 ``gloo``       ``torch.distributed`` with the gloo backend, under ``gloo_launch.py``; its
                reductions are in place only, so they are timed on a buffer of zeros (sums of
                zeros cost the same) and checked on a copy of the send data.
+``nccl``       the same with torch's ProcessGroupNCCL (``--device cuda``).
+
+``--device cuda`` puts every buffer on the rank's GPU (torch CUDA tensors; Ringworld's calls then
+run on its NCCL plane): data are made and checked on the host and copied over.
 
 Rank 0 writes JSON (rewritten after every size, so a killed job keeps what it measured) and
 prints ``@@progress`` lines on stderr. Exit status 3 when any element was wrong.
@@ -219,13 +223,16 @@ class Backend:
     inplace_reductions: bool = False  # allreduce/reduce reduce ``recv`` in place
 
 
-def ringworld_backend(algorithm: str | None) -> Backend:
-    """The native API over ``ringworld.init()`` (started by ``ringworld run``)."""
+def ringworld_backend(algorithm: str | None, device: str = "cpu") -> Backend:
+    """The native API over ``ringworld.init()`` (started by ``ringworld run``); ``device``
+    "cuda": the buffers are torch CUDA tensors on this rank's GPU (the NCCL plane)."""
     from importlib.metadata import version
 
     import ringworld
 
     comm: Any = ringworld.init()
+    if device == "cuda":
+        ringworld.local_device()
     rank, size = comm.rank, comm.size
     kw: dict[str, Any] = {} if algorithm is None else {"algorithm": algorithm}
 
@@ -307,12 +314,19 @@ def mpi4py_backend() -> Backend:
     )
 
 
-def gloo_backend(timeout_s: float) -> Backend:
-    """``torch.distributed`` over gloo (environment from ``gloo_launch.py``)."""
+def gloo_backend(timeout_s: float, name: str = "gloo") -> Backend:
+    """``torch.distributed`` over gloo, or over NCCL (``name`` "nccl": CUDA tensors on the
+    local rank's GPU, each call followed by a stream synchronisation, as Ringworld's blocking
+    device calls end when the GPU work has); environment from ``gloo_launch.py``."""
     import torch
     import torch.distributed as dist
 
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=timeout_s))
+    kw: dict[str, Any] = {}
+    if name == "nccl":
+        local = int(os.environ.get("LOCAL_RANK", "0")) % max(1, torch.cuda.device_count())
+        torch.cuda.set_device(local)
+        kw["device_id"] = torch.device("cuda", local)
+    dist.init_process_group(name, timeout=datetime.timedelta(seconds=timeout_s), **kw)
     rank, size = dist.get_rank(), dist.get_world_size()
 
     def allgather_obj(obj: Any) -> list[Any]:
@@ -321,7 +335,18 @@ def gloo_backend(timeout_s: float) -> Backend:
         return out
 
     def make_op(collective: str, b: Buffers) -> Op:
-        s, r = torch.from_numpy(b.send), torch.from_numpy(b.recv)
+        op = _torch_op(collective, b)
+        if name != "nccl":
+            return op
+        sync = torch.cuda.current_stream().synchronize
+
+        def synced() -> None:
+            op()
+            sync()
+        return synced
+
+    def _torch_op(collective: str, b: Buffers) -> Op:
+        s, r = _tensor(b.send), _tensor(b.recv)
         if collective == "scan":
             raise NotImplementedError("torch.distributed has no scan")
         if collective == "allgather":  # all_gather_single: torch >= 2.13's name
@@ -346,16 +371,44 @@ def gloo_backend(timeout_s: float) -> Backend:
         return ops[collective]
 
     return Backend(
-        library=f"torch {torch.__version__} gloo",
+        library=f"torch {torch.__version__} {name}",
         rank=rank,
         size=size,
         barrier=dist.barrier,
         allgather_obj=allgather_obj,
         make_op=make_op,
-        algorithm=lambda: "gloo",
+        algorithm=lambda: name,
         close=dist.destroy_process_group,
         inplace_reductions=True,
     )
+
+
+def _tensor(a: Any) -> Any:
+    """A torch tensor of ``a``: the device buffers already are; numpy arrays are shared."""
+    import torch
+
+    return a if isinstance(a, torch.Tensor) else torch.from_numpy(a)
+
+
+def _on_device(b: Buffers) -> Buffers:
+    """CUDA twins of ``b``'s arrays (torch tensors on the current device)."""
+    import torch
+
+    return Buffers(torch.from_numpy(b.send).cuda(), torch.from_numpy(b.recv).cuda())
+
+
+def _upload(host: Buffers, dev: Buffers | None) -> None:
+    if dev is not None:
+        import torch
+
+        dev.send.copy_(torch.from_numpy(host.send))  # type: ignore[attr-defined]
+        dev.recv.copy_(torch.from_numpy(host.recv))  # type: ignore[attr-defined]
+        torch.cuda.synchronize()
+
+
+def _download(dev: Buffers | None, host: Buffers) -> None:
+    if dev is not None:
+        host.recv[:] = dev.recv.cpu().numpy()  # type: ignore[attr-defined]
 
 
 # --------------------------------------------------------------------------------------------
@@ -401,8 +454,10 @@ def measure_size(be: Backend, collective: str, nbytes: int, args: argparse.Names
     n = be.size
     count = block_count(collective, nbytes, n)
     bufs = make_buffers(collective, be.rank, n, count)
-    op = be.make_op(collective, bufs)
+    dev = _on_device(bufs) if args.device == "cuda" else None
+    op = be.make_op(collective, bufs if dev is None else dev)
     _reset_for_timing(collective, be, bufs)
+    _upload(bufs, dev)
     be.barrier()
     first = max(be.allgather_obj(_loop(op, 1)))
     warmup_s = args.time_per_size * WARMUP_SHARE
@@ -412,9 +467,12 @@ def measure_size(be: Backend, collective: str, nbytes: int, args: argparse.Names
     wrong = checked = 0
     if args.check and collective != "barrier":
         _reset_for_check(collective, be, bufs)
+        _upload(bufs, dev)
         op()
+        _download(dev, bufs)
         wrong, checked = count_wrong(bufs.recv, expected(collective, be.rank, n, count))
         _reset_for_timing(collective, be, bufs)
+        _upload(bufs, dev)
     spent, done = 0.0, 0
     for round_ in range(TIMED_ROUNDS):
         be.barrier()
@@ -515,7 +573,10 @@ def parse_collectives(text: str) -> list[str]:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Arguments of the rank program (``ringworld bench <collective>`` fills them in)."""
     p = argparse.ArgumentParser(prog="sweep_rank", description=__doc__.splitlines()[0])
-    p.add_argument("--backend", choices=("ringworld", "mpi4py", "gloo"), default="ringworld")
+    p.add_argument("--backend", choices=("ringworld", "mpi4py", "gloo", "nccl"),
+                   default="ringworld")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="where the buffers are (cuda: torch CUDA tensors)")
     p.add_argument("--collective", type=parse_collectives, default=["allreduce"],
                    help="comma-separated, or all")
     p.add_argument("--sizes", type=_sizes, default=[4, 1024, 1 << 20])
@@ -535,10 +596,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def make_backend(args: argparse.Namespace) -> Backend:
     """Start the chosen library."""
     if args.backend == "ringworld":
-        return ringworld_backend(args.algorithm)
+        return ringworld_backend(args.algorithm, args.device)
     if args.backend == "mpi4py":
         return mpi4py_backend()
-    return gloo_backend(args.timeout)
+    return gloo_backend(args.timeout, args.backend)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -184,3 +184,27 @@ def release(ptr: int, stream: int) -> None:
     """Free :func:`scratch` memory once ``stream`` reaches this point. Raises: DeviceError."""
     rt = runtime()
     _call("cudaFreeAsync", rt.cudaFreeAsync, ptr, rt.cudaStream_t(stream))
+
+
+def local_device(select: bool = True) -> int:
+    """This rank's GPU: ``RINGWORLD_DEVICE`` if set, else the local rank (``LOCAL_RANK``, set
+    by ``ringworld run`` and torchrun) modulo the GPUs visible, else 0; with ``select`` also
+    made the calling thread's current device, so that torch's and CuPy's new arrays land on it.
+    Call it before allocating: one process per GPU is what NCCL expects.
+
+    Raises:
+        DeviceUnavailable: no driver or device. ValueError: RINGWORLD_DEVICE out of range.
+    """
+    import os
+
+    count = device_count()
+    given = os.environ.get("RINGWORLD_DEVICE", "").strip()
+    if given:
+        index = int(given)
+        if not 0 <= index < count:
+            raise ValueError(f"RINGWORLD_DEVICE={given}: this process sees {count} GPU(s)")
+    else:
+        index = int(os.environ.get("LOCAL_RANK", "0") or 0) % max(1, count)
+    if select:
+        set_device(index)
+    return index
