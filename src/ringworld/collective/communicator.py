@@ -32,6 +32,7 @@ from ringworld.comm.ops import Op
 from ringworld.comm.requests import (
     CompletedRequest,
     Request,
+    Status,
 )
 from ringworld.errors import CommRevoked, MismatchError, PeerFailure
 
@@ -104,6 +105,26 @@ class Communicator(CommManagement):
             engine = self._engine
             self._plane = Plane(self, engine, lambda: engine.timeout)
         return self._plane
+
+    def _device_send(self, exc: DeviceBuffer, buf: Any, dest: int,
+                     tag: int) -> Request[None]:
+        """Start sending a device buffer on the NCCL plane (see :mod:`ringworld.device.p2p`).
+
+        Raises:
+            TypeError / ValueError: bad buffer, rank or tag; DeviceUnavailable: no driver or
+                NCCL here.
+        """
+        self.last_algorithm = "nccl"
+        req: Request[None] = self.device_plane().links.send(buf, dest, self._send_tag(tag))
+        return req
+
+    def _device_recv(self, exc: DeviceBuffer, buf: Any, source: int,
+                     tag: int) -> Request[Status]:
+        """Start receiving into a device buffer on the NCCL plane (a named source)."""
+        self.last_algorithm = "nccl"
+        req: Request[Status] = self.device_plane().links.recv(buf, source,
+                                                              self._recv_tag(tag))
+        return req
 
     def _start(self, call: Call, algorithm: str | None, blocking: bool, timeout: float | None,
                keep: tuple[Any, Any, Any] | None = None) -> Request[None]:

@@ -171,6 +171,17 @@ class PointToPoint:
         return self._chan.oversubscribed
 
     # ------------------------------------------------------------------ buffers
+    def _device_send(self, exc: foreign.DeviceBuffer, buf: Any, dest: int,
+                     tag: int) -> Request[None]:
+        """Start a send of a device buffer: the device plane's (the full communicator has
+        one; this one refuses with ``exc``)."""
+        raise exc
+
+    def _device_recv(self, exc: foreign.DeviceBuffer, buf: Any, source: int,
+                     tag: int) -> Request[Status]:
+        """Start a receive into a device buffer (see :meth:`_device_send`)."""
+        raise exc
+
     @observable("p2p", start=True)
     def isend(self, buf: Any, dest: int, tag: int = 0) -> Request[None]:
         """Start sending the bytes of ``buf`` to ``dest``; the buffer must not change until done.
@@ -181,7 +192,10 @@ class PointToPoint:
         Raises:
             TypeError / ValueError: bad ``buf``, ``dest`` or ``tag``.
         """
-        view = send_view(buf, "buf")
+        try:
+            view = send_view(buf, "buf")
+        except foreign.DeviceBuffer as exc:
+            return self._device_send(exc, buf, dest, tag)
         w = self._world(dest, "dest")
         h = self._engine.isend(w, self.context, self._send_tag(tag), 0, (view,), len(view))
         return SendRequest(self._engine, h, w, view, self.context)
@@ -199,7 +213,11 @@ class PointToPoint:
             if view.ndim != 1 or view.format != "B" or not view.c_contiguous:
                 view = send_view(buf, "buf")
         except TypeError:
-            view = send_view(buf, "buf")  # raises with a clear message
+            try:
+                view = send_view(buf, "buf")  # raises with a clear message
+            except foreign.DeviceBuffer as exc:
+                self._device_send(exc, buf, dest, tag).wait(timeout)
+                return
         self._send_blocking(dest, tag, 0, (view,), len(view), view, timeout)
 
     def _send_blocking(self, dest: int, tag: int, flags: int, segments: Sequence[memoryview],
@@ -231,7 +249,10 @@ class PointToPoint:
         Raises:
             TypeError / ValueError: bad ``buf``, ``source`` or ``tag``.
         """
-        view = recv_view(buf, "buf")
+        try:
+            view = recv_view(buf, "buf")
+        except foreign.DeviceBuffer as exc:
+            return self._device_recv(exc, buf, source, tag)
         req = BufferRecvRequest(self._engine, self.context, self._source(source),
                                 self._recv_tag(tag), view, self._to_comm)
         self._engine.post(req)
@@ -251,7 +272,11 @@ class PointToPoint:
             if view.readonly or view.ndim != 1 or view.format != "B" or not view.c_contiguous:
                 view = recv_view(buf, "buf")
         except TypeError:
-            view = recv_view(buf, "buf")  # raises with a clear message
+            try:
+                view = recv_view(buf, "buf")  # raises with a clear message
+            except foreign.DeviceBuffer as exc:
+                status: Status = self._device_recv(exc, buf, source, tag).wait(timeout)
+                return status
         engine = self._engine
         if type(source) is int and 0 <= source < self.size:
             src = self._ranks[source]

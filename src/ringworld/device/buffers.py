@@ -185,7 +185,7 @@ def _dlpack(obj: Any, kind: int, index: int, what: str, stream: int | None) -> D
     try:
         # the stream we will use: the producer orders its work before it (1: legacy default)
         capsule = obj.__dlpack__(stream=stream or 1)
-    except TypeError:
+    except (TypeError, RuntimeError, BufferError):  # a producer that takes no stream
         capsule = obj.__dlpack__()
     c = read_capsule(capsule, what)
     if (c.device_type, c.device_id) != (kind, index):

@@ -35,6 +35,7 @@ from typing import Any, NamedTuple, Protocol
 from ringworld.comm.requests import Request
 from ringworld.device import buffers, cuda, nccl
 from ringworld.device.buffers import DeviceArray
+from ringworld.device.p2p import Links
 from ringworld.errors import CommError, DeviceError, MismatchError, RingworldError, Timeout
 
 RECORD = 128  # bytes of one rank's record in the check
@@ -100,6 +101,14 @@ class Plane:
         self.comm: Any = None  # NCCL's communicator, None until made (and after an abort)
         self.device = -1
         self.generation = 0  # bumped at each abort: requests of an aborted comm know it
+        self._links: Links | None = None
+
+    @property
+    def links(self) -> Links:
+        """The device point-to-point links (made by the first device message)."""
+        if self._links is None:
+            self._links = Links(self.host)
+        return self._links
 
     # ------------------------------------------------------------------ NCCL communicator
     def _make(self, device: int, timeout: float | None) -> None:
@@ -150,8 +159,10 @@ class Plane:
                 nccl.load().comm_abort(comm)
 
     def close(self) -> None:
-        """Free the NCCL communicator (abort: the host communicator is closing)."""
+        """Free the NCCL communicators (abort: the host communicator is closing)."""
         self.abort()
+        if self._links is not None:
+            self._links.close()
 
     def async_error(self) -> str | None:
         """NCCL's asynchronous error on the communicator (a network or remote failure), else
