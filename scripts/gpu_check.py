@@ -17,7 +17,8 @@ scripts/gpu_check.py``.
 Cases: ``info`` (``ringworld info --json``); ``single`` (one rank: every collective on torch
 CUDA tensors against the values computed on the host); ``pair`` (two ranks on GPU 0 with
 ``NCCL_MULTI_RANK_GPU_ENABLE=1``: the same, plus CuPy on a non-default stream; before NCCL 2.30
-the expected result is a clean refusal naming the duplicate GPU); ``init_all`` (the seed's
+the expected result is a clean refusal naming the duplicate GPU); ``p2p`` (device sendrecv
+in a ring, a truncated message, two received out of order); ``init_all`` (the seed's
 single-process example); ``kill`` (a peer SIGKILLed while the other waits in an allreduce:
 PeerFailure naming it, within about 2 s); ``timeout`` (``timeout=1`` with a late peer: Timeout
 in about 1 s); ``mismatch`` (different counts: MismatchError on both, then the communicator
@@ -79,6 +80,7 @@ def main() -> int:
         "single": lambda: ranks("collectives", 1, 120),
         "pair": lambda: ranks("collectives", 2, 150, env=multi),
         "cupy_stream": lambda: ranks("cupy_stream", 2, 60, env=multi),
+        "p2p": lambda: ranks("p2p", 2, 60, ["--enable-recovery"], multi),
         "init_all": lambda: run([PY, "examples/nccl_single_process.py", "1048576"], 60),
         "kill": lambda: ranks("kill", 2, 60, ["--enable-recovery"],
                               {**multi, "RINGWORLD_LIVENESS_TIMEOUT": "1"}),

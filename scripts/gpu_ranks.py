@@ -146,6 +146,40 @@ def case_cupy_stream() -> None:
                stream=int(s.ptr))
 
 
+def case_p2p() -> None:
+    """Device send/recv: a ring with sendrecv, tags, a truncated message, and two messages
+    received out of order (MismatchError, not the wrong bytes)."""
+    comm = ringworld.init()
+    dev = torch.device("cuda", ringworld.local_device())
+    p, r = comm.size, comm.rank
+    right, left = (r + 1) % p, (r - 1) % p
+    out = data(r, 1 << 16, torch.float32, dev)
+    got = torch.zeros_like(out)
+    st = comm.sendrecv(out, right, got, left, sendtag=5, recvtag=5)
+    ring_ok = bool(torch.equal(got.cpu(), data(left, 1 << 16, torch.float32,
+                                               torch.device("cpu")))) and st.source == left
+    truncated = order = None
+    if r == 0:
+        comm.send(torch.ones(100, device=dev), 1, tag=7)
+        reqs = [comm.isend(torch.ones(8, device=dev), 1, tag=8),
+                comm.isend(torch.ones(8, device=dev), 1, tag=9)]
+        try:  # the receiver refuses the order and aborts its link: these cannot complete
+            for q in reqs:
+                q.wait(timeout=5)
+        except Exception as exc:
+            order = f"sender: {type(exc).__name__}: {exc}"[:200]
+    elif r == 1:
+        try:
+            comm.recv(torch.zeros(10, device=dev), 0, tag=7)
+        except Exception as exc:
+            truncated = f"{type(exc).__name__}: {exc}"[:200]
+        try:
+            comm.recv(torch.zeros(8, device=dev), 0, tag=9)  # message 8 was sent first
+        except Exception as exc:
+            order = f"{type(exc).__name__}: {exc}"[:200]
+    report(rank=r, ring_ok=ring_ok, truncated=truncated, out_of_order=order)
+
+
 def case_kill() -> None:
     """Rank 1 dies (SIGKILL) while rank 0 waits in a 64 MiB allreduce: rank 0 must raise
     PeerFailure naming rank 1 within about 2 s."""
@@ -252,7 +286,8 @@ def case_torch() -> None:
 
 def main() -> None:
     cases: dict[str, Callable[[], None]] = {
-        "collectives": case_collectives, "cupy_stream": case_cupy_stream, "kill": case_kill,
+        "collectives": case_collectives, "cupy_stream": case_cupy_stream, "p2p": case_p2p,
+        "kill": case_kill,
         "timeout": case_timeout, "mismatch": case_mismatch, "torch": case_torch}
     try:
         cases[sys.argv[1]]()
