@@ -164,6 +164,14 @@ class Plane:
         if self._links is not None:
             self._links.close()
 
+    def revoked(self) -> BaseException | None:
+        """The revocation of the host communicator (``comm.revoke()`` on some rank), if any."""
+        revoked = self.engine.revoked
+        if not revoked:
+            return None
+        why: BaseException | None = revoked.get(getattr(self.host, "coll_context", None))
+        return why if why is not None else revoked.get(getattr(self.host, "context", None))
+
     def async_error(self) -> str | None:
         """NCCL's asynchronous error on the communicator (a network or remote failure), else
         None."""
@@ -308,6 +316,11 @@ class DeviceRequest(Request[None]):
             return True
         if check.done and self._event.done():
             self._settle(None)
+            return True
+        revoked = self._plane.revoked()
+        if revoked is not None:
+            self._plane.abort()
+            self._settle(revoked)
             return True
         error = self._plane.async_error()
         if error is not None:
