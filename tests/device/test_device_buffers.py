@@ -55,7 +55,7 @@ _NAMES = {name: ctypes.create_string_buffer(name) for name in (b"dltensor", b"ot
 
 class Handmade:
     """A DLPack producer of made-up memory: its capsule (no destructor) points into this
-    object, which outlives every capsule a test takes from it."""
+    object, so a test holds the object for as long as it reads the capsule."""
 
     def __init__(self, shape: tuple[int, ...] = (4,), *, ptr: int = FAKE_PTR,
                  device: tuple[int, int] = (buffers.DL_CUDA, 0), code: int = 2, bits: int = 32,
@@ -185,10 +185,11 @@ def test_read_capsule_refuses_what_it_cannot_read() -> None:
         buffers.read_capsule(np.zeros(3).__dlpack__(max_version=(1, 0)), "x")
     with pytest.raises(TypeError, match=r"code 5, 64 bits"):  # numpy's complex64
         buffers.read_capsule(np.zeros(3, np.complex64).__dlpack__(), "x")
+    lanes, odd = Handmade(lanes=4), Handmade(bits=24)  # held: their capsules point into them
     with pytest.raises(TypeError, match=r"4 lanes"):
-        buffers.read_capsule(Handmade(lanes=4).capsule(), "x")
+        buffers.read_capsule(lanes.capsule(), "x")
     with pytest.raises(TypeError, match=r"code 2, 24 bits"):
-        buffers.read_capsule(Handmade(bits=24).capsule(), "x")
+        buffers.read_capsule(odd.capsule(), "x")
 
 
 def test_handmade_capsule_fields() -> None:
@@ -198,8 +199,10 @@ def test_handmade_capsule_fields() -> None:
     assert c == buffers.Capsule(FAKE_PTR + 64, buffers.DL_CUDA, 3, "bfloat16", 2, (2, 3), True)
     for (code, bits), name in {(10, 8): "float8_e4m3fn", (12, 8): "float8_e5m2",
                                (6, 8): "bool", (1, 64): "uint64"}.items():
-        assert buffers.read_capsule(Handmade(code=code, bits=bits).capsule(), "h").dtype == name
-    assert not buffers.read_capsule(Handmade((2, 3), strides=(1, 2)).capsule(), "h").contiguous
+        typed = Handmade(code=code, bits=bits)
+        assert buffers.read_capsule(typed.capsule(), "h").dtype == name
+    strided = Handmade((2, 3), strides=(1, 2))
+    assert not buffers.read_capsule(strided.capsule(), "h").contiguous
 
 
 # ---------------------------------------------------------------------- host objects
@@ -412,3 +415,16 @@ def test_device_array_at() -> None:
     h = DeviceArray(FAKE_PTR + 2, 3, "float16", 2, 1, True, 4, None)
     assert [h.at(i) for i in range(3)] == [FAKE_PTR + 2, FAKE_PTR + 4, FAKE_PTR + 6]
     assert h.nbytes == 6
+
+
+class _RefusingInterface:
+    """What torch does for a CUDA tensor that requires grad, which a subclass defined outside
+    torch's modules reaches: the interface property raises RuntimeError."""
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        raise RuntimeError("Can't get __cuda_array_interface__ on Variable that requires grad")
+
+
+def test_is_device_never_raises_on_a_refusing_interface() -> None:
+    assert buffers.is_device(_RefusingInterface()) in (True, False)

@@ -23,7 +23,7 @@ from ringworld.collective.markers import IN_PLACE
 from ringworld.comm import ops
 from ringworld.device import buffers, cuda, nccl
 from ringworld.device.buffers import DeviceArray
-from ringworld.device.plane import Prepared, active_stream
+from ringworld.device.plane import Prepared, active_stream, given_stream
 
 BYTES = nccl.DTYPES["uint8"]  # what the collectives that only move data move
 _BUILTIN = {id(ops.SUM): "sum", id(ops.PROD): "prod", id(ops.MAX): "max", id(ops.MIN): "min"}
@@ -45,7 +45,7 @@ class _Args:
     def __init__(self, what: str) -> None:
         self.what = what
         self.arrays: list[DeviceArray] = []
-        self.stream: int | None = None
+        self.stream: int | None = given_stream()  # else the first buffer's library's
         self.device: int | None = None
         self.first = ""
 

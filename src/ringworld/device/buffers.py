@@ -186,7 +186,11 @@ def _dlpack(obj: Any, kind: int, index: int, what: str, stream: int | None) -> D
         # the stream we will use: the producer orders its work before it (1: legacy default)
         capsule = obj.__dlpack__(stream=stream or 1)
     except (TypeError, RuntimeError, BufferError):  # a producer that takes no stream
-        capsule = obj.__dlpack__()
+        try:
+            capsule = obj.__dlpack__()
+        except Exception as exc:  # BufferError: DLPack's "cannot export"
+            raise TypeError(f"{what} ({type(obj).__name__}) cannot be exported through "
+                            f"DLPack: {exc}") from None
     c = read_capsule(capsule, what)
     if (c.device_type, c.device_id) != (kind, index):
         raise TypeError(f"{what}: __dlpack_device__() says device ({kind}, {index}) but its "
@@ -224,17 +228,15 @@ def describe(obj: Any, what: str, stream: int | None = None) -> DeviceArray | No
 
 def is_device(obj: Any) -> bool:
     """Whether ``obj`` is a buffer in device memory (cheap: no description). Never raises."""
-    module = type(obj).__module__
-    if module.startswith("torch") and hasattr(obj, "is_cuda"):
-        return bool(obj.is_cuda)
-    if hasattr(obj, "__cuda_array_interface__"):
-        return True
-    dev = getattr(obj, "__dlpack_device__", None)
-    if dev is None:
-        return False
     try:
-        return int(dev()[0]) not in (DL_CPU, DL_CUDA_HOST)
-    except Exception:
+        module = type(obj).__module__
+        if module.startswith("torch") and hasattr(obj, "is_cuda"):
+            return bool(obj.is_cuda)
+        if hasattr(obj, "__cuda_array_interface__"):
+            return True
+        dev = getattr(obj, "__dlpack_device__", None)
+        return dev is not None and int(dev()[0]) not in (DL_CPU, DL_CUDA_HOST)
+    except Exception:  # a property that refuses (torch: requires grad): not one we can take
         return False
 
 

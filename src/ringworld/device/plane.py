@@ -36,7 +36,7 @@ from ringworld.comm.requests import Request
 from ringworld.device import buffers, cuda, nccl
 from ringworld.device.buffers import DeviceArray
 from ringworld.device.p2p import Links
-from ringworld.errors import CommError, DeviceError, MismatchError, RingworldError, Timeout
+from ringworld.errors import CommError, DeviceError, MismatchError, Timeout
 
 RECORD = 128  # bytes of one rank's record in the check
 _local = threading.local()
@@ -194,7 +194,7 @@ class Plane:
         call: Prepared | None = None
         try:
             call = prepare()
-        except (TypeError, ValueError, RingworldError) as exc:
+        except Exception as exc:  # any refusal: the other ranks learn of it from the check
             error = exc
         first = self.comm is None
         if call is not None and not first:
@@ -366,6 +366,12 @@ class DeviceRequest(Request[None]):
             return True
         self._engine.progress()
         return self.done
+
+
+def given_stream() -> int | None:
+    """The stream of this thread's :func:`device_stream` block, or None outside one."""
+    given = getattr(_local, "stream", None)
+    return None if given is None else int(given)
 
 
 def active_stream(arrays: Sequence[DeviceArray]) -> int:
