@@ -47,8 +47,8 @@ class Link:
         config.blocking = 0
         self.peer, self.world_peer, self.device = peer, world_peer, device
         with cuda.on(device):
-            self.comm: Any = nccl.check("making a device link", b.comm_init_rank_config, 2,
-                                        b.UniqueId.from_buffer(bytearray(uid)), me, config.ptr)
+            self.comm: Any = nccl.check("making a device link", b.comm_init_rank_scalable, 2,
+                                        me, 1, bytearray(uid), config.ptr)
         self.queue: deque[LinkRequest] = deque()  # requests not yet enqueued, in order
         self.next_seq = 0  # sends: the next envelope's number; receives: the one expected
 

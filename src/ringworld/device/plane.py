@@ -121,9 +121,10 @@ class Plane:
         config.blocking = 0  # set-up and calls return at once: Ringworld's waits bound them
         config.comm_name = self.host.name
         with cuda.on(device):
+            # the binding's ncclCommInitRankScalable with one id: nccl4py's own init path
             comm = nccl.check(f"making the NCCL communicator of {self.host.name}",
-                              b.comm_init_rank_config, self.host.size,
-                              b.UniqueId.from_buffer(bytearray(uid)), self.host.rank, config.ptr)
+                              b.comm_init_rank_scalable, self.host.size, self.host.rank, 1,
+                              bytearray(uid), config.ptr)
         self.comm, self.device = comm, device
         self._settle(f"making the NCCL communicator of {self.host.name} on GPU {device}", timeout)
 
