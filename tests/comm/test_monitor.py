@@ -89,8 +89,9 @@ def test_a_rank_computing_for_long_is_not_a_failure(tmp_path: Path) -> None:
 def test_a_rank_inside_one_long_call_holding_the_interpreter_is_not_a_failure(
         tmp_path: Path, transport: str) -> None:
     """One C call that never lets the monitor thread run (sum over a range holds the GIL
-    throughout) for several times the liveness timeout: its heartbeats stop, but its process runs, and
-    the ranks on its host vouch for it; a stopped one they do not (the test above)."""
+    throughout) for several times the liveness timeout: its heartbeats stop, but its process
+    runs, and the ranks on its host vouch for it; a stopped one they do not (the test
+    above)."""
     body = """
     import time
     import numpy as np

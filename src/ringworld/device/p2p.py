@@ -268,9 +268,3 @@ class LinkRequest(Request[Any]):
             if self._link is not None and not self._finished:
                 self._link.abort()
             raise
-
-    def test(self) -> bool:
-        if self.done:
-            return True
-        self._engine.progress()
-        return self.done

@@ -362,12 +362,6 @@ class DeviceRequest(Request[None]):
                               "is aborted)") from None
             raise
 
-    def test(self) -> bool:
-        if self.done:
-            return True
-        self._engine.progress()
-        return self.done
-
 
 def given_stream() -> int | None:
     """The stream of this thread's :func:`device_stream` block, or None outside one."""

@@ -145,3 +145,12 @@ def span(ts: Sequence[torch.Tensor]) -> torch.Tensor | None:
         pos += t.numel() * t.element_size()
         total += t.numel()
     return first.as_strided((total,), (1,), first.storage_offset())
+
+
+def unpack(flat: torch.Tensor, outs: Sequence[torch.Tensor]) -> None:
+    """Copy consecutive pieces of ``flat`` into ``outs`` (converting the dtype if needed)."""
+    pos = 0
+    for t in outs:
+        k = t.numel()
+        t.detach().copy_(flat[pos:pos + k].view(t.shape))
+        pos += k

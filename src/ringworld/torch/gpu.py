@@ -19,6 +19,7 @@ import torch.distributed as dist
 
 from ringworld.collective.markers import IN_PLACE
 from ringworld.device.plane import device_stream
+from ringworld.torch import _convert as cv
 
 if TYPE_CHECKING:
     from ringworld.torch.process_group import ProcessGroupRingworld
@@ -104,7 +105,7 @@ def allreduce_coalesced(pg: ProcessGroupRingworld, tensors: Sequence[torch.Tenso
     def run() -> None:
         flat = torch.cat([t.detach().reshape(-1) for t in tensors])
         comm.allreduce(IN_PLACE, flat, name, timeout=timeout)
-        _unpack(flat, tensors)
+        cv.unpack(flat, tensors)
 
     return _queue(pg, "allreduce_coalesced", list(tensors), device, run)
 
@@ -150,7 +151,7 @@ def allgather(pg: ProcessGroupRingworld, outputs: Sequence[torch.Tensor], input_
             comm.allgather(src, flat, timeout=timeout)
         else:
             comm.allgatherv(src, flat, counts, timeout=timeout)
-        _unpack(flat, outputs)
+        cv.unpack(flat, outputs)
 
     return _queue(pg, "allgather", [list(outputs)], device, run)
 
@@ -211,10 +212,3 @@ def refuse(what: str) -> ValueError:
     return ValueError(f"{what} of CUDA tensors is not supported by the ringworld backend yet "
                       "(collectives are): copy the tensors to the CPU for it")
 
-
-def _unpack(flat: torch.Tensor, outs: Sequence[torch.Tensor]) -> None:
-    pos = 0
-    for t in outs:
-        k = t.numel()
-        t.detach().copy_(flat[pos:pos + k].view(t.shape))
-        pos += k

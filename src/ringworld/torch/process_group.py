@@ -197,7 +197,7 @@ class ProcessGroupRingworld(dist.ProcessGroup):  # type: ignore[misc]  # torch's
             comm.allreduce(IN_PLACE, flat.numpy(), o, timeout=timeout)
             if avg:
                 cv.divide(flat, n)
-            _unpack(flat, ts)
+            cv.unpack(flat, ts)
 
         return self._queue("allreduce_coalesced", list(tensors), body)
 
@@ -329,7 +329,7 @@ class ProcessGroupRingworld(dist.ProcessGroup):  # type: ignore[misc]  # torch's
             flat = whole if whole is not None else torch.empty(sum(counts), dtype=inp.dtype)
             comm.allgatherv(src, cv.array(flat, "output"), counts, timeout=timeout)
             if whole is None:
-                _unpack(flat, outs)
+                cv.unpack(flat, outs)
 
         return self._queue("allgather", output_tensors, body)
 
@@ -383,7 +383,7 @@ class ProcessGroupRingworld(dist.ProcessGroup):  # type: ignore[misc]  # torch's
             flat = whole if whole is not None else torch.empty(sum(counts), dtype=inp.dtype)
             comm.gatherv(src, cv.array(flat, "output"), counts, root=root, timeout=timeout)
             if whole is None:
-                _unpack(flat, outs)
+                cv.unpack(flat, outs)
 
         return self._queue("gather", output_tensors, body)
 
@@ -577,15 +577,6 @@ def _tag(tag: int) -> int:
     if not 0 <= tag <= TAG_UB:
         raise ValueError(f"tag={tag} must be in 0..{TAG_UB}")
     return int(tag)
-
-
-def _unpack(flat: torch.Tensor, outs: Sequence[torch.Tensor]) -> None:
-    """Copy consecutive pieces of ``flat`` into ``outs`` (converting the dtype if needed)."""
-    pos = 0
-    for t in outs:
-        k = t.numel()
-        t.detach().copy_(flat[pos:pos + k].view(t.shape))
-        pos += k
 
 
 def _split_counts(t: torch.Tensor, splits: Sequence[int], size: int, name: str) -> list[int]:
