@@ -203,11 +203,15 @@ class Plane:
                 self._enqueue(call, timeout)
             except DeviceError as exc:
                 error = exc
+        # a rank about to make the NCCL communicator says so: one that kept an old one (a
+        # failed call it never waited for) would otherwise enqueue while this one waits for it
         text = (f"error: {type(error).__name__}: {error}" if error is not None
-                else call.record if call is not None else "error")
+                else call.record + (" (new NCCL communicator)" if first else "")
+                if call is not None else "error")
         check = Check(self.host, _record(text))
         if error is not None or call is None:
-            check.wait(self.engine, timeout)  # the others learn of the refusal, then raise
+            with contextlib.suppress(Exception):  # the user's error is the one to raise
+                check.wait(self.engine, timeout)  # the others learn of the refusal
             self.abort()
             raise error if error is not None else RuntimeError("no call")
         if first:
@@ -215,8 +219,9 @@ class Plane:
             check.compare(self, call.what)
             self._make(call.device, timeout)
             self._enqueue(call, timeout)
-        event = cuda.Event()
-        event.record(call.stream)
+        with cuda.on(self.device):  # an event belongs to the device current at its creation
+            event = cuda.Event()
+            event.record(call.stream)
         req = DeviceRequest(self, event, check, call)
         if blocking:
             req.wait(timeout)
