@@ -3,11 +3,12 @@
 NCCL matches a link's sends and receives in the order they are enqueued, with no tags; MPI
 matches by source and tag. So each device send also sends the receiver a small host message, its
 *envelope*, with the user's tag: the receiver matches the envelope as any host message (source,
-tag), learns the size and element type, and only then enqueues its NCCL receive. Envelopes carry
-a per-link sequence number: a receive that matched a later envelope than the link's next (two
-messages with different tags received out of order) raises :class:`MismatchError` instead of
-taking the wrong message's bytes. A message larger than the buffer is received into scratch and
-dropped, and the receive raises :class:`TruncationError` (the sender is not left hanging).
+tag), learns the size, and only then enqueues its NCCL receive. Envelopes carry a per-link
+sequence number, and receives are handed to their link in the order the messages were sent,
+whatever order they were posted or waited in, so no receive takes another message's bytes; one
+whose message follows a message no receive has matched yet waits for it (its timeout says so).
+A message larger than the buffer is received into scratch and dropped, and the receive raises
+:class:`TruncationError` (the sender is not left hanging).
 
 Links are NCCL communicators of two ranks, one per direction (sender rank 0), made by the first
 message: its envelope carries the NCCL unique id. Everything is nonblocking: a request advances
@@ -88,6 +89,8 @@ class Links:
         self.host = host
         self.out: dict[int, Link] = {}  # by destination rank
         self.into: dict[int, Link] = {}  # by source rank
+        self.posted: dict[int, list[LinkRequest]] = {}  # receives not on a link yet, by source
+        self.expect: dict[int, int] = {}  # the next message's number, by source
 
     def close(self) -> None:
         for link in (*self.out.values(), *self.into.values()):
@@ -114,6 +117,8 @@ class Links:
         if not 0 <= dest < self.host.size:
             raise ValueError(f"dest={dest} is not a rank of {self.host.name}")
         link = self.out.get(dest)
+        if link is not None and link.comm is None:  # aborted: the next message makes another
+            link = None
         uid = b""
         if link is None:
             uid = bytes(nccl.load().get_unique_id())
@@ -142,46 +147,70 @@ class Links:
         envelope = bytearray(ENVELOPE.size + UID)
         pending = self.host.irecv(envelope, source, tag)
         req = LinkRequest(self, None, "recv", a, stream, 0, (pending, envelope, source, device))
+        self.posted.setdefault(source, []).append(req)
         req.test()
         return req
 
-    def _matched(self, req: LinkRequest, status: Status, envelope: bytearray, source: int,
-                 device: int) -> Link:
-        """The link a matched envelope says to receive on (made by a first message)."""
-        if status.nbytes < ENVELOPE.size:
-            raise MismatchError(f"a device receive from rank {source} (tag {status.tag}) "
-                                "matched a host message: device and host messages between two "
-                                "ranks need different tags")
-        magic, seq, nbytes, _dtype = ENVELOPE.unpack_from(envelope)
+    def sort_in(self, source: int) -> None:
+        """Hand the receives from ``source`` whose envelopes have arrived to its link, in the
+        order the messages were sent (their sequence numbers), whatever order the receives
+        were posted or polled in; a receive whose message follows one not yet received waits
+        for it."""
+        reqs = self.posted.get(source, [])
+        for r in list(reqs):
+            if r._seq is None and r._envelope[0].done:
+                try:
+                    self._parse(r)
+                except BaseException as exc:
+                    reqs.remove(r)
+                    r.fail(exc)
+        while reqs:
+            expected = self.expect.get(source, 0)
+            nxt = next((r for r in reqs if r._seq == expected or (r._uid and r._seq == 0)),
+                       None)
+            if nxt is None:
+                return
+            reqs.remove(nxt)
+            device = nxt._envelope[3]
+            if nxt._uid:  # the sender's first message on a new link
+                old = self.into.get(source)
+                if old is not None:
+                    old.abort()
+                self.into[source] = Link(source, self.host.world_ranks[source], device,
+                                         nxt._uid, 1)
+            link = self.into.get(source)
+            if link is None:
+                nxt.fail(MismatchError(f"a device message from rank {source} came before "
+                                       "its link"))
+                continue
+            seq = nxt._seq
+            assert seq is not None
+            self.expect[source] = seq + 1
+            nxt._envelope = None
+            nxt._link = link
+            link.queue.append(nxt)
+
+    def _parse(self, req: LinkRequest) -> None:
+        """Read a matched envelope into ``req`` (size, status, sequence number, link id)."""
+        pending, envelope, source, _ = req._envelope
+        status: Status = pending.wait()
+        magic = bytes(envelope[:4]) if status.nbytes >= ENVELOPE.size else b""
         if magic != MAGIC:
             raise MismatchError(f"a device receive from rank {source} (tag {status.tag}) "
                                 "matched a host message: device and host messages between two "
                                 "ranks need different tags")
-        uid = bytes(envelope[ENVELOPE.size:status.nbytes])
-        link = self.into.get(source)
-        if uid:
-            if link is not None:
-                link.abort()
-            link = self.into[source] = Link(source, self.host.world_ranks[source], device,
-                                            uid, 1)
-        elif link is None:
-            raise MismatchError(f"a device message from rank {source} came before its link")
-        if seq != link.next_seq:
-            raise MismatchError(f"device messages from rank {source} must be received in the "
-                                f"order sent: this receive (tag {status.tag}) matched message "
-                                f"{seq}, but message {link.next_seq} is not received yet")
-        link.next_seq = seq + 1
+        _, seq, nbytes, _dtype = ENVELOPE.unpack_from(envelope)
+        req._seq, req._uid = int(seq), bytes(envelope[ENVELOPE.size:status.nbytes])
         req.nbytes = int(nbytes)
         req._result = Status(source, status.tag, int(nbytes))
         req.status = req._result
-        return link
 
 
 class LinkRequest(Request[Any]):
     """A device message in flight; ``wait()`` returns None (send) or its Status (receive)."""
 
     __slots__ = ("_arr", "_envelope", "_event", "_finished", "_kind", "_link", "_links",
-                 "_scratch", "_stream", "nbytes")
+                 "_scratch", "_seq", "_stream", "_uid", "nbytes")
 
     def __init__(self, links: Links, link: Link | None, kind: str, arr: DeviceArray,
                  stream: int, nbytes: int, envelope: Any) -> None:
@@ -191,6 +220,8 @@ class LinkRequest(Request[Any]):
         self._event: cuda.Event | None = None
         self._scratch = 0
         self._finished = False
+        self._seq: int | None = None  # a receive's message number, once its envelope is read
+        self._uid = b""
 
     def fail(self, error: BaseException) -> None:
         self._error = error
@@ -228,14 +259,12 @@ class LinkRequest(Request[Any]):
             return True
 
     def _advance(self) -> bool:
-        if self._envelope is not None:  # a receive waiting for its envelope
-            pending, envelope, source, device = self._envelope
-            if not pending.done:
+        if self._link is None:  # a receive waiting for its envelope, or for its turn
+            self._links.sort_in(self._envelope[2])
+            if self._finished:
+                return True
+            if self._link is None:
                 return False
-            status = pending.wait()
-            self._envelope = None
-            self._link = self._links._matched(self, status, envelope, source, device)
-            self._link.queue.append(self)
         link = self._link
         assert link is not None
         if self._event is None:
@@ -252,7 +281,12 @@ class LinkRequest(Request[Any]):
 
     def describe(self) -> str:
         peer = self._link.peer if self._link is not None else self._envelope[2]
-        return f"device {self._kind} with rank {peer} of {self._links.host.name}"
+        what = f"device {self._kind} with rank {peer} of {self._links.host.name}"
+        if self._link is None and self._seq is not None:
+            what += (f" (its message {self._seq} waits for the earlier ones from rank {peer} "
+                     "to be received: device messages between two ranks arrive in the order "
+                     "sent)")
+        return what
 
     def depends(self, dead: Collection[int]) -> int | None:
         peer = (self._link.world_peer if self._link is not None
