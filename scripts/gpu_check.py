@@ -17,13 +17,13 @@ scripts/gpu_check.py``.
 Cases: ``info`` (``ringworld info --json``); ``single`` (one rank: every collective on torch
 CUDA tensors against the values computed on the host); ``pair`` (two ranks on GPU 0 with
 ``NCCL_MULTI_RANK_GPU_ENABLE=1``: the same, plus CuPy on a non-default stream; before NCCL 2.30
-the expected result is a clean refusal naming the duplicate GPU); ``p2p`` (device sendrecv
-in a ring, a truncated message, two received in the reverse of the order sent); ``init_all``
-(the seed's single-process example); ``kill`` (a peer SIGKILLed while the other waits in an
-allreduce: PeerFailure naming it, within about 2 s); ``timeout`` (``timeout=1`` with a late peer: Timeout
-in about 1 s); ``mismatch`` (different counts: MismatchError on both, then the communicator
-works); ``torch`` (the ringworld backend beside nccl: values and DDP losses); ``bench``
-(``ringworld bench allreduce --device cuda --against nccl`` at np=2).
+the expected result is a clean refusal naming the duplicate GPU); ``p2p`` (device sendrecv in a
+ring, a truncated message, two received in the reverse of the order sent); ``init_all`` (the
+seed's single-process example); ``kill`` (a peer SIGKILLed while the other waits in an
+allreduce: PeerFailure naming it, within about 2 s); ``timeout`` (``timeout=1`` with a late
+peer: Timeout in about 1 s); ``mismatch`` (different counts: MismatchError on both, then the
+communicator works); ``torch`` (the ringworld backend beside nccl: values and DDP losses);
+``bench`` (``ringworld bench allreduce --device cuda --against nccl`` at np=2).
 """
 
 from __future__ import annotations
