@@ -108,6 +108,18 @@ def collectives(comm: ringworld.Communicator, dev: torch.device) -> list[str]:
     comm.allgatherv(data(r, counts[r], torch.float32, dev), v, counts)
     want = torch.cat([data(i, counts[i], torch.float32, torch.device("cpu")) for i in range(p)])
     check("allgatherv", v, want.double())
+    for op in ("sum", "max"):
+        cpu = torch.device("cpu")
+        parts = torch.stack([data(i, 100, torch.float32, cpu) for i in range(p)])
+        sc = torch.zeros(100, device=dev)
+        comm.scan(data(r, 100, torch.float32, dev), sc, op)
+        want = parts[: r + 1].sum(0) if op == "sum" else parts[: r + 1].amax(0)
+        check(f"scan {op}", sc, want.double())
+        ex = torch.zeros(100, device=dev)
+        comm.exscan(data(r, 100, torch.float32, dev), ex, op)
+        if r > 0:
+            want = parts[:r].sum(0) if op == "sum" else parts[:r].amax(0)
+            check(f"exscan {op}", ex, want.double())
     req = comm.iallreduce(ringworld.IN_PLACE, x := data(r, 4096, torch.float32, dev), "sum")
     polls = 0
     while not req.test():

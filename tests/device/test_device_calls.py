@@ -322,13 +322,19 @@ class RocmLike(Handmade):
 # ---------------------------------------------------------------------- (d) prefix reductions
 @pytest.mark.parametrize("size", SIZES)
 def test_scan_and_exscan_refused(size: int) -> None:
+    """Device scans reduce the prefix with torch's or CuPy's kernels; other device arrays (and
+    AVG) are refused on every rank, before anything runs."""
     def fn(comm: ringworld.Communicator) -> list[str]:
         problems: list[str] = []
         for coll in ("scan", "exscan", "iscan", "iexscan"):
             method = getattr(comm, coll)
             name = coll.removeprefix("i")
             problems += refused_twice(comm, coll, lambda m=method: m(Interface(), Interface()),
-                                      "TypeError", f"{name} of device buffers is not supported")
+                                      "TypeError", f"{name} of device buffers needs torch CUDA "
+                                      "tensors or CuPy arrays")
+            problems += refused_twice(comm, coll,
+                                      lambda m=method: m(Interface(), Interface(), "avg"),
+                                      "TypeError", f"{name} has no AVG")
         return problems
 
     run(size, fn)

@@ -13,6 +13,7 @@ Cost: describing the buffers and a few checks (microseconds); no host round trip
 
 from __future__ import annotations
 
+import sys
 import zlib
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
@@ -454,9 +455,68 @@ def alltoallw(f: Frame, sendbufs: Sequence[Any], recvbufs: Sequence[Any]) -> Pre
 
 
 def scan(f: Frame, coll: str, sendbuf: Any, recvbuf: Any, op: Any) -> Prepared:
-    raise TypeError(f"{coll} of device buffers is not supported: NCCL has no prefix "
-                    f"reduction and Ringworld runs no kernels of its own; copy the buffers to "
-                    f"the host for {coll}, or use allgather and reduce the prefix on the GPU")
+    """scan/exscan of torch CUDA tensors or CuPy arrays: every rank's input gathered (NCCL
+    allgather into scratch of the array's library), then the prefix reduced by that library's
+    kernels on the call's stream. Other device arrays: TypeError (NCCL has no prefix reduction
+    and Ringworld has no kernels of its own). Cost: size times the vector in scratch."""
+    p, r = f.size, f.rank
+    g = _Args(coll)
+    rb = g.take(recvbuf, "recvbuf", writable=True)
+    sb = rb if sendbuf is IN_PLACE else g.take(sendbuf, "sendbuf")
+    bufs.same_dtype(sb, rb, "sendbuf", "recvbuf")
+    bufs.check_len(rb, sb.elements, "recvbuf", "the size of sendbuf")
+    name = op_name(op)
+    if name == "avg":
+        raise TypeError(f"{coll} has no AVG (MPI's scans take SUM, PROD, MAX, MIN)")
+    lib = _library(rb.keep)
+    if lib is None:
+        raise TypeError(f"{coll} of device buffers needs torch CUDA tensors or CuPy arrays "
+                        "(their kernels reduce the prefix: NCCL has no prefix reduction); "
+                        f"got {type(rb.keep).__name__}")
+    g.dtype(rb, "recvbuf")
+    n, src, dst = rb.elements, sb.keep, rb.keep
+
+    def enqueue(comm: Any, s: int) -> None:
+        lib.prefix(comm, s, src, dst, n, p, r, name, coll == "exscan")
+    return g.done(f"{coll} n={n} {rb.dtype} op={name}", enqueue)
+
+
+class _Prefix:
+    """A prefix reduction in one array library's kernels (see :func:`scan`)."""
+
+    def __init__(self, module: str) -> None:
+        self.module = module
+
+    def prefix(self, comm: Any, s: int, src: Any, dst: Any, n: int, p: int, r: int,
+               op: str, exclusive: bool) -> None:
+        lib = sys.modules[self.module]
+        torch = self.module == "torch"
+        stream = lib.cuda.ExternalStream(s)
+        with (lib.cuda.stream(stream) if torch else stream):
+            flat_src, flat_dst = src.reshape(-1), dst.reshape(-1)
+            if torch:
+                every = lib.empty(p * n, dtype=flat_src.dtype, device=flat_src.device)
+                sp, ep, isz = flat_src.data_ptr(), every.data_ptr(), flat_src.element_size()
+            else:
+                every = lib.empty(p * n, dtype=flat_src.dtype)
+                sp, ep, isz = flat_src.data.ptr, every.data.ptr, flat_src.itemsize
+            _b().all_gather(sp, ep, n * isz, BYTES, comm, s)
+            upto = r if exclusive else r + 1
+            if upto == 0:
+                return  # exscan's rank 0: recvbuf is undefined, as in MPI
+            rows = every.reshape(p, n)[:upto]
+            reduce = {"sum": "sum", "prod": "prod", "max": "amax" if torch else "max",
+                      "min": "amin" if torch else "min"}[op]
+            out = getattr(rows, reduce)(0) if torch else getattr(rows, reduce)(axis=0)
+            if torch:
+                flat_dst.copy_(out.to(flat_dst.dtype))
+            else:
+                flat_dst[...] = out.astype(flat_dst.dtype)
+
+
+def _library(obj: Any) -> _Prefix | None:
+    module = type(obj).__module__.split(".")[0]
+    return _Prefix(module) if module in ("torch", "cupy") and module in sys.modules else None
 
 
 #: the host table's prepare function -> the device one, for the same arguments
