@@ -97,11 +97,13 @@ def _finished(procs: list[subprocess.Popen[str]]) -> str:
     try:
         for p in procs:
             text, _ = p.communicate(timeout=150)
-            assert p.returncode == 0, text[-4000:]
             out.append(text)
+        for p in procs:
+            assert p.returncode == 0, "\n---\n".join(t[-4000:] for t in out)
     finally:
         for p in procs:
             p.kill()
+            p.communicate()  # closes its pipe (a failed run must leave no open file behind)
     return "".join(out)
 
 
@@ -112,14 +114,27 @@ def test_torchrun_elastic_restart_after_a_rank_is_killed() -> None:
         assert f"rank {rank} restart 1: [6.0, 6.0, 6.0]" in text, text[-3000:]
 
 
-@pytest.mark.timeout(200)
+#: torchrun's own failures of a two-agent restart on a loaded 2-core host: the same job over
+#: gloo, with no Ringworld in it, failed 2 of 3 runs here with these (an agent's rendezvous
+#: closed or lost its store while the other restarted), so such a run is tried again
+TORCH_RENDEZVOUS_FLAKES = ("RendezvousClosedError", "RendezvousConnectionError",
+                           "RendezvousTimeoutError")
+
+
+@pytest.mark.timeout(400)
 def test_torchrun_two_nodes_restart_through_the_agents_store() -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    rdzv = ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
-            "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"rw{port}"]
-    text = _finished([_torchrun(*rdzv), _torchrun(*rdzv)])
+    for attempt in range(3):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        rdzv = ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+                "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"rw{port}"]
+        try:
+            text = _finished([_torchrun(*rdzv), _torchrun(*rdzv)])
+            break
+        except AssertionError as exc:
+            if attempt == 2 or not any(f in str(exc) for f in TORCH_RENDEZVOUS_FLAKES):
+                raise
     for rank in (0, 1):
         assert f"rank {rank} restart 1: [6.0, 6.0, 6.0]" in text, text[-3000:]
 
