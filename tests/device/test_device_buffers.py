@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from dlpack_support import Managed, capsule_new
 
 from ringworld.device import buffers
 from ringworld.device.buffers import DeviceArray
@@ -28,28 +29,6 @@ FLOATS = ("float16", "float32", "float64")
 
 
 # ---------------------------------------------------------------------- DLPack, built by hand
-class _Device(ctypes.Structure):
-    _fields_ = (("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32))
-
-
-class _DataType(ctypes.Structure):
-    _fields_ = (("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16))
-
-
-class _Tensor(ctypes.Structure):
-    _fields_ = (("data", ctypes.c_void_p), ("device", _Device), ("ndim", ctypes.c_int32),
-                ("dtype", _DataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
-                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64))
-
-
-class _Managed(ctypes.Structure):  # DLManagedTensor: what a legacy "dltensor" capsule holds
-    _fields_ = (("dl_tensor", _Tensor), ("manager_ctx", ctypes.c_void_p),
-                ("deleter", ctypes.c_void_p))
-
-
-_capsule_new = ctypes.pythonapi.PyCapsule_New
-_capsule_new.restype = ctypes.py_object
-_capsule_new.argtypes = (ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)
 _NAMES = {name: ctypes.create_string_buffer(name) for name in (b"dltensor", b"other")}
 
 
@@ -63,7 +42,7 @@ class Handmade:
                  says: tuple[int, int] | None = None, name: bytes = b"dltensor") -> None:
         self._shape = (ctypes.c_int64 * max(1, len(shape)))(*shape)
         self._strides = None if strides is None else (ctypes.c_int64 * len(strides))(*strides)
-        self._managed = _Managed()
+        self._managed = Managed()
         t = self._managed.dl_tensor
         t.data = ptr
         t.device.device_type, t.device.device_id = device
@@ -78,7 +57,7 @@ class Handmade:
         self.asked: list[dict[str, Any]] = []  # the keyword arguments of each __dlpack__ call
 
     def capsule(self) -> Any:
-        return _capsule_new(ctypes.addressof(self._managed),
+        return capsule_new(ctypes.addressof(self._managed),
                             ctypes.cast(_NAMES[self._name], ctypes.c_char_p), None)
 
     def __dlpack__(self, **kwargs: Any) -> Any:

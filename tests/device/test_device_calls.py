@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from dlpack_support import Managed, capsule_new
 
 import ringworld
 from ringworld.collective import device_calls
@@ -57,28 +58,6 @@ class Interface:
                                          "strides": None, "stream": stream}
 
 
-class _Device(ctypes.Structure):
-    _fields_ = (("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32))
-
-
-class _DataType(ctypes.Structure):
-    _fields_ = (("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16))
-
-
-class _Tensor(ctypes.Structure):
-    _fields_ = (("data", ctypes.c_void_p), ("device", _Device), ("ndim", ctypes.c_int32),
-                ("dtype", _DataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
-                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64))
-
-
-class _Managed(ctypes.Structure):
-    _fields_ = (("dl_tensor", _Tensor), ("manager_ctx", ctypes.c_void_p),
-                ("deleter", ctypes.c_void_p))
-
-
-_capsule_new = ctypes.pythonapi.PyCapsule_New
-_capsule_new.restype = ctypes.py_object
-_capsule_new.argtypes = (ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)
 _NAME = ctypes.create_string_buffer(b"dltensor")
 _DL_TYPES = {"float32": (2, 32), "float64": (2, 64), "int16": (0, 16), "int32": (0, 32)}
 
@@ -91,7 +70,7 @@ class Handmade:
     def __init__(self, n: int = 4, dtype: str = "float32", *, gpu: int = 0,
                  ptr: int = FAKE_PTR) -> None:
         self._shape = (ctypes.c_int64 * 1)(n)
-        self._managed = _Managed()
+        self._managed = Managed()
         t = self._managed.dl_tensor
         t.data = ptr
         t.device.device_type, t.device.device_id = buffers.DL_CUDA, gpu
@@ -104,7 +83,7 @@ class Handmade:
 
     def __dlpack__(self, **kwargs: Any) -> Any:
         self.asked.append(kwargs)
-        return _capsule_new(ctypes.addressof(self._managed), ctypes.cast(_NAME, ctypes.c_char_p),
+        return capsule_new(ctypes.addressof(self._managed), ctypes.cast(_NAME, ctypes.c_char_p),
                             None)
 
     def __dlpack_device__(self) -> tuple[int, int]:
