@@ -131,6 +131,13 @@ def check_len(buf: Sized, expected: int, name: str, why: str) -> None:
         raise ValueError(f"{name} has {buf.size} elements but {expected} are needed ({why})")
 
 
+def check_own_block(sendcounts: Sequence[int], recvcounts: Sequence[int], rank: int) -> None:
+    """Raise ValueError unless an alltoallv's block from ``rank`` to itself has one size."""
+    if sendcounts[rank] != recvcounts[rank]:
+        raise ValueError(f"sendcounts[{rank}]={sendcounts[rank]} but recvcounts[{rank}]="
+                         f"{recvcounts[rank]}: this rank's block to itself must have one size")
+
+
 def seq(values: Any, size: int, name: str) -> Sequence[Any]:
     """``values`` as a list of exactly ``size`` items.
 

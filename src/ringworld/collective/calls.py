@@ -303,9 +303,7 @@ def alltoallv(f: Frame, sendbuf: Any, recvbuf: Any, sendcounts: Sequence[int],
         sb = bufs.as_array(sendbuf, "sendbuf")
         sc, sd = bufs.layout(sendcounts, sdispls, p, sb, "sendcounts", "sdispls", "sendbuf")
     bufs.same_dtype(sb, rb, "sendbuf", "recvbuf")
-    if sc[r] != rc[r]:
-        raise ValueError(f"sendcounts[{r}]={sc[r]} but recvcounts[{r}]={rc[r]}: this rank's "
-                         "block to itself must have one size")
+    bufs.check_own_block(sc, rc, r)
     spec = Spec(p, r, 0, counts=sc, displs=sd, rcounts=rc, rdispls=rd)
     return Call("alltoallv", spec, (sb, rb), nbytes=sb.nbytes // p,
                 in_place=sendbuf is IN_PLACE)

@@ -161,7 +161,7 @@ class Links:
             if r._seq is None and r._envelope[0].done:
                 try:
                     self._parse(r)
-                except BaseException as exc:
+                except Exception as exc:
                     reqs.remove(r)
                     r.fail(exc)
         while reqs:
@@ -252,7 +252,7 @@ class LinkRequest(Request[Any]):
             return True
         try:
             return self._advance()
-        except BaseException as exc:
+        except Exception as exc:  # (an interrupt is the caller's, not the message's)
             if self._link is not None:
                 self._link.abort()
             self.fail(exc)
