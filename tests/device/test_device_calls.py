@@ -468,6 +468,42 @@ def test_ranks_calling_differently_mismatch(size: int) -> None:
     run(size, fn)
 
 
+@pytest.mark.parametrize("size", [2, 3])
+def test_v_counts_that_disagree_between_ranks_mismatch(size: int) -> None:
+    """The v-collectives' counts are each rank's own, so the records alone agree; the check
+    also compares what every rank sends each other with what that one expects, pair by pair.
+    A rank sends one element more than the root's counts say (gatherv), or a rank expects
+    more than its peer sends (alltoallv): every rank raises MismatchError naming both sides,
+    and no NCCL send and receive of different sizes is started."""
+    if not _nccl_loads():
+        pytest.skip("NCCL is not installed here")
+
+    def fn(comm: ringworld.Communicator) -> list[str]:
+        p, r = comm.size, comm.rank
+        counts = [i + 1 for i in range(p)]
+        mine = counts[r] + (1 if r == p - 1 else 0)
+        last = f"rank {p - 1} sends {4 * (p + 1)} bytes to rank 0, which expects {4 * p}"
+
+        def gatherv() -> None:
+            if r == 0:
+                comm.gatherv(Handmade(mine), Handmade(sum(counts)), counts, root=0)
+            else:
+                comm.gatherv(Handmade(mine), None, None, root=0)
+
+        # one element each way between every pair, but rank 0 expects two from rank 1
+        rc = [2 if (r == 0 and j == 1) else 1 for j in range(p)]
+
+        def alltoallv() -> None:
+            comm.alltoallv(Handmade(p), Handmade(sum(rc)), [1] * p, rc)
+
+        problems = refused_twice(comm, "gatherv", gatherv, "MismatchError", last)
+        problems += refused_twice(comm, "alltoallv", alltoallv, "MismatchError",
+                                  "rank 1 sends 4 bytes to rank 0, which expects 8")
+        return problems
+
+    run(size, fn)
+
+
 def test_an_export_error_reaches_the_other_ranks() -> None:
     """Rank 0's export fails; rank 1's call is fine. Rank 0 should raise (its error), and
     rank 1 learn of it in the check (MismatchError), at once. Now rank 1 waits out its

@@ -75,7 +75,8 @@ class _Args:
     def dtype(self, a: DeviceArray, name: str) -> int:
         return nccl.dtype(a.dtype, f"{self.what}: {name}")
 
-    def done(self, record: str, enqueue: Callable[[Any, int], None]) -> Prepared:
+    def done(self, record: str, enqueue: Callable[[Any, int], None],
+             flows: tuple[list[int], list[int]] | None = None) -> Prepared:
         """The checked call. Asks CUDA which GPU holds buffers that do not say (after every
         other check, so that argument errors are found first, with or without a GPU).
 
@@ -94,7 +95,7 @@ class _Args:
                                     f"{device}: one call's buffers must be on one GPU")
         assert self.device is not None and self.stream is not None
         return Prepared(self.what, record, self.device, self.stream, enqueue,
-                        tuple(self.arrays))
+                        tuple(self.arrays), flows)
 
 
 def op_name(op: Any) -> str:
@@ -255,6 +256,18 @@ def _exchange(b: Any, comm: Any, s: int, sends: Sequence[tuple[int, int, int]],
         b.group_end()
 
 
+def _flows(p: int, sends: Sequence[tuple[int, int, int]],
+           recvs: Sequence[tuple[int, int, int]]) -> tuple[list[int], list[int]]:
+    """(bytes sent to each rank, bytes expected from each rank; -1 where none) of a call's
+    (peer, address, bytes) sends and receives, for the plane's check."""
+    sent, expected = [-1] * p, [-1] * p
+    for peer, _, n in sends:
+        sent[peer] = n
+    for peer, _, n in recvs:
+        expected[peer] = n
+    return sent, expected
+
+
 def _blocks(base: DeviceArray, counts: Sequence[int], displs: Sequence[int],
             peers: Sequence[int]) -> list[tuple[int, int, int]]:
     return [(i, base.at(displs[i]), counts[i] * base.itemsize) for i in peers]
@@ -303,6 +316,7 @@ def gatherv(f: Frame, sendbuf: Any, recvbuf: Any, counts: calls.Counts, displs: 
             bufs.same_dtype(sb, rb, "sendbuf", "recvbuf")
             bufs.check_len(sb, c[r], "sendbuf", "counts[root]")
         recvs = _blocks(rb, c, d, [i for i in range(p) if i != r])
+        sends: list[tuple[int, int, int]] = []
         dtype = rb.dtype
 
         def enqueue(comm: Any, s: int) -> None:
@@ -312,12 +326,14 @@ def gatherv(f: Frame, sendbuf: Any, recvbuf: Any, counts: calls.Counts, displs: 
     else:
         sb = g.take(sendbuf, "sendbuf")
         sends = [(root, sb.ptr, sb.nbytes)]
+        recvs = []
         dtype = sb.dtype
 
         def enqueue(comm: Any, s: int) -> None:
             _exchange(_b(), comm, s, sends, ())
-    # the counts are the root's alone: the ranks agree on the collective, type and root
-    return g.done(f"gatherv {dtype} root={root}", enqueue)
+    # the counts are the root's alone: the check compares them with each rank's size
+    return g.done(f"gatherv {dtype} root={root}", enqueue,
+                  _flows(p, sends, recvs))
 
 
 def scatter(f: Frame, sendbuf: Any, recvbuf: Any, root: int) -> Prepared:
@@ -363,6 +379,7 @@ def scatterv(f: Frame, sendbuf: Any, recvbuf: Any, counts: calls.Counts, displs:
             bufs.same_dtype(sb, rb, "sendbuf", "recvbuf")
             bufs.check_len(rb, c[r], "recvbuf", "counts[root]")
         sends = _blocks(sb, c, d, [i for i in range(p) if i != r])
+        recvs: list[tuple[int, int, int]] = []
         dtype = sb.dtype
 
         def enqueue(comm: Any, s: int) -> None:
@@ -372,11 +389,13 @@ def scatterv(f: Frame, sendbuf: Any, recvbuf: Any, counts: calls.Counts, displs:
     else:
         rb = g.take(recvbuf, "recvbuf", writable=True)
         recvs = [(root, rb.ptr, rb.nbytes)]
+        sends = []
         dtype = rb.dtype
 
         def enqueue(comm: Any, s: int) -> None:
             _exchange(_b(), comm, s, (), recvs)
-    return g.done(f"scatterv {dtype} root={root}", enqueue)
+    return g.done(f"scatterv {dtype} root={root}", enqueue,
+                  _flows(p, sends, recvs))
 
 
 def alltoall(f: Frame, sendbuf: Any, recvbuf: Any) -> Prepared:
@@ -427,13 +446,13 @@ def alltoallv(f: Frame, sendbuf: Any, recvbuf: Any, sendcounts: Sequence[int],
         sb = g.take(sendbuf, "sendbuf")
         sc, sd = bufs.layout(sendcounts, sdispls, p, sb, "sendcounts", "sdispls", "sendbuf")
     bufs.same_dtype(sb, rb, "sendbuf", "recvbuf")
-    if sc[r] != rc[r]:
-        raise ValueError(f"sendcounts[{r}]={sc[r]} but recvcounts[{r}]={rc[r]}: this rank's "
-                         "block to itself must have one size")
+    bufs.check_own_block(sc, rc, r)
 
     def enqueue(comm: Any, s: int) -> None:
         _all_to_all(comm, s, sb, rb, sc, sd, rc, rd, in_place)
-    return g.done(f"alltoallv {rb.dtype}", enqueue)
+    isz = rb.itemsize
+    return g.done(f"alltoallv {rb.dtype}", enqueue,
+                  ([n * isz for n in sc], [n * isz for n in rc]))
 
 
 def alltoallw(f: Frame, sendbufs: Sequence[Any], recvbufs: Sequence[Any]) -> Prepared:
@@ -451,7 +470,7 @@ def alltoallw(f: Frame, sendbufs: Sequence[Any], recvbufs: Sequence[Any]) -> Pre
 
     def enqueue(comm: Any, s: int) -> None:
         _exchange(_b(), comm, s, out, into)
-    return g.done("alltoallw", enqueue)
+    return g.done("alltoallw", enqueue, _flows(p, out, into))
 
 
 def scan(f: Frame, coll: str, sendbuf: Any, recvbuf: Any, op: Any) -> Prepared:

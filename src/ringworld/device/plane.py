@@ -84,6 +84,9 @@ class Prepared(NamedTuple):
     stream: int
     enqueue: Callable[[Any, int], None]
     keep: tuple[DeviceArray, ...]
+    #: (bytes sent to each rank, bytes expected from each rank; -1: none), where those are
+    #: each rank's own (the v-collectives' counts): the check compares them pair by pair
+    flows: tuple[Sequence[int], Sequence[int]] | None = None
 
 
 def _record(text: str) -> bytes:
@@ -208,7 +211,7 @@ class Plane:
         text = (f"error: {type(error).__name__}: {error}" if error is not None
                 else call.record + (" (new NCCL communicator)" if first else "")
                 if call is not None else "error")
-        check = Check(self.host, _record(text))
+        check = Check(self.host, _record(text), None if call is None else call.flows)
         if error is not None or call is None:
             with contextlib.suppress(Exception):  # the user's error is the one to raise
                 check.wait(self.engine, timeout)  # the others learn of the refusal
@@ -248,13 +251,19 @@ class Plane:
 class Check:
     """The host allgather of every rank's record of one device call."""
 
-    __slots__ = ("_mine", "_out", "_req", "compared")
+    __slots__ = ("_mine", "_out", "_req", "_size", "compared")
 
-    def __init__(self, host: Host, mine: bytes) -> None:
+    def __init__(self, host: Host, mine: bytes,
+                 flows: tuple[Sequence[int], Sequence[int]] | None = None) -> None:
         import numpy as np
 
-        self._mine = np.frombuffer(bytearray(mine), dtype=np.uint8)
-        self._out = np.zeros(RECORD * host.size, dtype=np.uint8)
+        p = self._size = host.size
+        counts = np.full(2 * p, -1, dtype=np.int64)
+        if flows is not None:
+            counts[:p], counts[p:] = flows
+        self._mine = np.concatenate([np.frombuffer(mine, dtype=np.uint8),
+                                     counts.view(np.uint8)])
+        self._out = np.zeros(self._mine.size * p, dtype=np.uint8)
         self._req = host.iallgather(self._mine, self._out)
         self.compared = False
 
@@ -272,17 +281,28 @@ class Check:
         self._req.wait(timeout)
 
     def records(self) -> list[str]:
-        raw = self._out.tobytes()
-        return [raw[i * RECORD:(i + 1) * RECORD].rstrip(b"\0").decode(errors="replace")
-                for i in range(len(raw) // RECORD)]
+        rows = self._out.reshape(self._size, -1)
+        return [bytes(row[:RECORD]).rstrip(b"\0").decode(errors="replace") for row in rows]
+
+    def flows(self) -> Any:
+        """Each rank's (sent to, expected from) bytes per rank: an int64 array (p, 2, p)."""
+        import numpy as np
+
+        rows = self._out.reshape(self._size, -1)[:, RECORD:]
+        return np.ascontiguousarray(rows).view(np.int64).reshape(self._size, 2, self._size)
 
     def compare(self, plane: Plane, what: str) -> None:
         """Raise MismatchError (after aborting the NCCL work) unless every rank made the
-        same call and none refused it."""
+        same call, none refused it, and every rank expects from each other what it sends."""
         self.compared = True
         records = self.records()
         if all(r == records[0] for r in records) and not records[0].startswith("error"):
-            return
+            wrong = self._flow_mismatch()
+            if wrong is None:
+                return
+            plane.abort()
+            raise MismatchError(f"{what} on {plane.host.name}: {wrong}; the call was "
+                                "abandoned on every rank")
         plane.abort()
         refused = [(i, r) for i, r in enumerate(records) if r.startswith("error")]
         if refused:
@@ -293,6 +313,18 @@ class Check:
         calls = "; ".join(f"rank {i}: {r}" for i, r in enumerate(records))
         raise MismatchError(f"{what} on {plane.host.name}: the ranks made different device "
                             f"calls ({calls})")
+
+    def _flow_mismatch(self) -> str | None:
+        """The first pair of ranks whose counts disagree (rank i sends s bytes to rank j,
+        which expects r), or None."""
+        f = self.flows()
+        sent, expected = f[:, 0, :], f[:, 1, :].T  # expected[i, j]: what j expects from i
+        bad = (sent >= 0) & (expected >= 0) & (sent != expected)
+        if not bad.any():
+            return None
+        i, j = (int(v) for v in next(zip(*bad.nonzero(), strict=True)))
+        return (f"rank {i} sends {int(sent[i, j])} bytes to rank {j}, which expects "
+                f"{int(expected[i, j])} (the counts must agree between every pair)")
 
 
 class DeviceRequest(Request[None]):
