@@ -359,9 +359,10 @@ class Arena:
             as :meth:`sync`.
         """
         e = self._epoch
-        spin = self._inline_spin
         for c in self._ctr:
             if c[0] < e:
+                # (none while a peer shares this CPU: it runs only once this rank yields)
+                spin = 0 if self.chan.sharing_cpu else self._inline_spin
                 # the peer is usually a few microseconds behind: spin on its counter here
                 # before the general wait (which builds its closures and polls the transports)
                 for _ in range(spin):

@@ -26,6 +26,7 @@ from typing import Any
 
 from ringworld.comm import serialize as objects
 from ringworld.comm.engine import CHECK_PEERS_EVERY, Engine
+from ringworld.comm.pacing import SLEEP, SPIN, YIELD, Pacer
 from ringworld.comm.requests import (
     SEQ_MASK,
     SIG_SHIFT,
@@ -39,12 +40,13 @@ from ringworld.comm.requests import (
 from ringworld.errors import PeerFailure, TransportError
 from ringworld.transport.base import Transport
 
-SHM_SPIN_POLLS = 2000      # flag checks before sleeping
+SHM_SPIN_POLLS = 200       # flag checks before the pacer decides (see ringworld.comm.pacing)
+SHM_SPIN_TIME = 0.005      # then spin this long while the awaited ranks run on other CPUs
 # ... when ranks outnumber cores: none, the awaited rank needs this core at once (np=4 on 2
 # cores, a shared-memory barrier: 43-52 us yielding at once, 103-119 us after 32 checks)
 SHM_SPIN_POLLS_CROWDED = 0
 SHM_SLEEP_SLICE = 0.0005   # longest sleep: bounds a wake-up lost between flag and sleep
-SHM_YIELDS = 1000         # sched_yield calls between spinning and sleeping
+SHM_YIELDS = 1000         # crowded ranks: sched_yield calls between spinning and sleeping
 
 
 class Channel:
@@ -242,7 +244,10 @@ class Channel:
         next_check = 0.0
         transports = engine.transports
         sleeper = transports[0] if len(transports) == 1 else None
-        spin = SHM_SPIN_POLLS_CROWDED if engine.crowded else SHM_SPIN_POLLS
+        placement = engine.placement
+        spin = (SHM_SPIN_POLLS_CROWDED if engine.crowded or placement.shared
+                else SHM_SPIN_POLLS)
+        pacer: Pacer | None = None
         while not cond():
             polls += 1
             if polls & 15 == 0:
@@ -275,16 +280,29 @@ class Channel:
                 assert timeout is not None
                 raise engine.timeout_error(describe(), timeout,
                                            f"rank {self.rank} of {self.size} on {self.name}")
-            if sleeper is not None and polls >= spin + SHM_YIELDS:
+            if engine.crowded:  # a rank queued on this core (maybe the awaited one) goes first
+                step = SLEEP if sleeper is not None and polls >= spin + SHM_YIELDS else YIELD
+            else:
+                if pacer is None:
+                    pacer = Pacer(self._window_transport(), waiting_for, SHM_SPIN_TIME, now,
+                                  placement)
+                step = pacer.step(now)
+            if step == SLEEP and sleeper is not None:
                 sleeper.wait_event(SHM_SLEEP_SLICE, waiting)
                 engine.progress()
-            else:
-                os.sched_yield()  # a runnable rank on this core (maybe the awaited one) goes first
+            elif step != SPIN:
+                os.sched_yield()
 
     @property
     def oversubscribed(self) -> bool:
         """Whether this job has more ranks than this host has cores (then waits spin little)."""
         return self._engine.crowded
+
+    @property
+    def sharing_cpu(self) -> bool:
+        """Whether this rank's waits last found a peer queued on its CPU (then a wait should
+        give the CPU up at once; see :mod:`ringworld.comm.pacing`)."""
+        return self._engine.placement.shared
 
     def wake_peers(self) -> None:
         """Wake the ranks of this communicator that sleep in :meth:`spin_until`."""

@@ -23,6 +23,7 @@ from typing import Any
 
 from ringworld.comm.calls import CallChecks, _nothing
 from ringworld.comm.hooks import observable, observed
+from ringworld.comm.pacing import SLEEP, SPIN, YIELD, Pacer, Placement
 from ringworld.comm.requests import (
     ACK_CONTEXT,
     ANY_SOURCE,
@@ -47,11 +48,18 @@ from ringworld.transport.base import BufferedIncoming, Incoming, SendHandle, Tra
 FAST_POLLS = 32          # polls before the first clock read
 RECV_SPIN = 4000         # polls of a blocking receive before the general wait loop
 RECV_SPIN_CROWDED = 64   # ... when ranks outnumber cores: the sender may need this core
-# polls before yielding the CPU: some 10 ms, as MPI libraries busy-poll; a sleeper's wake-up cost
-# 0.1-0.3 ms per message in a 16 MiB ping-pong with 2000 (the sender sleeps through the read)
-SPIN_POLLS = 20000
+# polls before the pacer decides (ringworld.comm.pacing: spin while the peers run elsewhere,
+# yield to one queued on this CPU)
+SPIN_POLLS = 256
+# ... then spin up to this long, as MPI libraries busy-poll, before sleeping: a sleeper's wake-up
+# cost 0.1-0.3 ms per message in a 16 MiB ping-pong after 1 ms (the sender sleeps through the read)
+SPIN_TIME = 0.01
 SPIN_POLLS_CROWDED = 64  # ... when the job's ranks outnumber this host's CPUs
-YIELD_POLLS = 200        # polls with sched_yield before sleeping
+# ... and while a peer shares this rank's CPU (ringworld.comm.pacing.Placement): it runs only
+# once this rank yields (np=2 pinned to one CPU beside a busy process, 8-byte ping-pong round
+# trip: 185 us with 64 polls, 85 us with 4)
+SHARED_POLLS = 4
+YIELD_POLLS = 200        # ... and then polls with sched_yield before sleeping
 SLEEP_SLICE = 0.005      # longest single sleep: bounds a lost doorbell wake-up
 CHECK_PEERS_EVERY = 0.05  # seconds between liveness checks while spinning
 # an unmatched rendezvous announcement waits this long for its receive before the payload is
@@ -155,6 +163,14 @@ class Engine(CallChecks):
         # a blocking receive's first spin: spinning thousands of polls while the sender waits
         # for this core cost 1-2 ms per step (a 1 KiB Bruck alltoall on 4 ranks, 2 cores: 3 ms)
         self.recv_spin = RECV_SPIN_CROWDED if self.crowded else RECV_SPIN
+        # where this rank runs beside its peers, as its waits last found (ringworld.comm.pacing)
+        self.placement = Placement(self._placed)
+
+    def _placed(self, shared: bool) -> None:
+        """The waits found this rank sharing its CPU with a peer (or no longer): a blocking
+        receive's inline spin then keeps the CPU from it as a crowded job's would."""
+        self.recv_spin = (SHARED_POLLS if shared else RECV_SPIN_CROWDED if self.crowded
+                          else RECV_SPIN)
 
     # ------------------------------------------------------------------ contexts
     @property
@@ -515,7 +531,9 @@ class Engine(CallChecks):
         """
         timeout = self.timeout if timeout is None else check_timeout(timeout)
         progress = self.progress
-        for _ in range(FAST_POLLS):  # the common case: done within a few polls, no clock reads
+        # the common case: done within a few polls, no clock reads (fewer beside a peer on this
+        # CPU: it runs only once this rank yields)
+        for _ in range(SHARED_POLLS if self.placement.shared else FAST_POLLS):
             if progress() and self.dead and not cond():
                 self._raise_if_needed(depends, describe)
             if cond():
@@ -546,9 +564,11 @@ class Engine(CallChecks):
                    deadline: float | None, next_check: float, describe: Callable[[], str],
                    depends: Callable[[Collection[int]], int | None] | None) -> None:
         progress = self.progress
-        spin = self.spin_polls
+        placement = self.placement
+        spin = self.spin_polls if not placement.shared else SHARED_POLLS
         polls = 0
         transports = self.transports
+        pacer: Pacer | None = None
         while True:
             if progress():
                 polls = 0
@@ -576,7 +596,16 @@ class Engine(CallChecks):
                 next_check = now + CHECK_PEERS_EVERY
             if polls < spin:
                 continue
-            if polls < spin + YIELD_POLLS:
+            if self.crowded:
+                step = YIELD if polls < spin + YIELD_POLLS else SLEEP
+            else:
+                if pacer is None:
+                    pacer = Pacer(transports[0] if len(transports) == 1 else None,
+                                  self._all_peers, SPIN_TIME, now, placement)
+                step = pacer.step(now)
+            if step == SPIN:
+                continue
+            if step == YIELD:
                 os.sched_yield()
                 continue
             slice_ = SLEEP_SLICE if deadline is None else max(0.0, min(SLEEP_SLICE,
@@ -587,6 +616,10 @@ class Engine(CallChecks):
                 time.sleep(min(slice_, 0.0005))
             else:  # only ourselves: nothing can arrive that isn't here already
                 time.sleep(slice_)
+
+    def _all_peers(self) -> range:
+        """Every world rank (a wait of the engine may be for any of them)."""
+        return range(self.size)
 
     def _raise_if_needed(self, depends: Callable[[Collection[int]], int | None] | None,
                          describe: Callable[[], str]) -> None:

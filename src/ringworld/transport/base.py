@@ -20,7 +20,7 @@ dies or its connection breaks; :meth:`Transport.check_peers` does the same check
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from ringworld.errors import TransportError
 
@@ -230,6 +230,12 @@ class Transport(ABC):
         that changes what it tests calls :meth:`wake_all` and ends the sleep): False returns at
         once.
         """
+
+    def shares_cpu(self, ranks: Iterable[int]) -> bool:
+        """Whether any of ``ranks`` (peers this transport reaches) last ran, or waits to run,
+        on the calling thread's CPU: then a wait for them should give the CPU up, else keep
+        it (see :mod:`ringworld.transport.cpus`). True when that cannot be told, as here."""
+        return True
 
     def wake_all(self, ranks: Sequence[int]) -> None:
         """Wake each peer of ``ranks`` that sleeps in :meth:`wait_event` (cheap for those that

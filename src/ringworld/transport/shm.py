@@ -46,11 +46,12 @@ import os
 import select
 import socket
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from ringworld.errors import BootstrapError, PeerFailure, RingworldError, TransportError
 from ringworld.store.base import Store, store_barrier
 from ringworld.transport.base import DONE, Deliver, OnDone, SendHandle, Transport
+from ringworld.transport.cpus import CpuWatch
 from ringworld.transport.shm_ring import (
     _EMPTY,
     _W_MAGIC,
@@ -120,6 +121,7 @@ class ShmTransport(Transport):
         self._my_ctl: memoryview | None = None
         self._my_mm: mmap.mmap | None = None
         self._fd_to_peer: dict[int, _Peer] = {}
+        self._cpus = CpuWatch()  # where peers run, for waits (see shares_cpu)
         self._eager = _EagerIncoming(0, 0, 0, 0, _EMPTY)
         # large messages read straight from the sender's memory (until the kernel refuses once)
         self.single_copy = single_copy and sys.platform == "linux"
@@ -713,6 +715,11 @@ class ShmTransport(Transport):
             if p is not None and p.ctl[_W_SLEEP] and not p.dead:
                 self._ring_bell(p)
 
+    def shares_cpu(self, ranks: Iterable[int]) -> bool:
+        peers = self._peers
+        pids = [p.pid for r in ranks if 0 <= r < self.size and (p := peers[r]) is not None]
+        return self._cpus.shares_cpu(pids)
+
     def _drain_bell(self) -> None:
         assert self._bell is not None
         try:
@@ -751,6 +758,7 @@ class ShmTransport(Transport):
             os.close(fd)
         self._fd_to_peer.clear()
         self._active.clear()
+        self._cpus.close()
         self._peers = [None] * self.size
         self._my_ctl = None
         if self._bell is not None:

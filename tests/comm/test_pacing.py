@@ -1,0 +1,127 @@
+"""The waiting policy (ringworld.comm.pacing) and where processes run (ringworld.transport.cpus).
+
+The policy is tested against a transport whose answer the test sets, so that the tests depend
+on neither the machine's CPUs nor its load; the /proc reader is tested on this process, pinned
+to one CPU for the check.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+import pytest
+
+from ringworld.comm import pacing
+from ringworld.comm.engine import RECV_SPIN, SHARED_POLLS, Engine
+from ringworld.comm.pacing import SLEEP, SPIN, YIELD, Pacer, Placement
+from ringworld.transport.base import Transport
+from ringworld.transport.cpus import CpuWatch, this_cpu
+
+
+class Where:
+    """Stands for a transport: says whether the asked ranks share this CPU, and records it."""
+
+    def __init__(self, shared: bool) -> None:
+        self.shared = shared
+        self.asked: list[list[int]] = []
+
+    def shares_cpu(self, ranks: Iterable[int]) -> bool:
+        self.asked.append(list(ranks))
+        return self.shared
+
+
+def _pacer(where: Where | None, placement: Placement, now: float = 0.0,
+           spin_time: float = 0.01) -> Pacer:
+    t: Transport | None = where  # type: ignore[assignment]  # duck-typed stand-in
+    return Pacer(t, lambda: [1, 2], spin_time, now, placement)
+
+
+def test_peer_on_another_cpu_spins_then_sleeps() -> None:
+    where, placement = Where(False), Placement()
+    p = _pacer(where, placement)
+    assert p.step(0.0) == SPIN
+    assert where.asked == [[1, 2]]  # asked about the awaited ranks
+    assert p.step(0.005) == SPIN
+    assert p.step(0.0101) == SLEEP  # past the spin time: stop burning the core
+
+
+def test_peer_on_this_cpu_yields_and_the_engine_is_told() -> None:
+    told: list[bool] = []
+    where, placement = Where(True), Placement(told.append)
+    p = _pacer(where, placement)
+    assert p.step(0.0) == YIELD
+    assert placement.shared and told == [True]
+    where.shared = False  # the scheduler moved the peer away
+    assert p.step(pacing.CPU_EVERY / 2) == YIELD  # not looked at again yet
+    assert len(where.asked) == 1
+    assert p.step(pacing.CPU_EVERY * 1.5) == SPIN
+    assert told == [True, False] and not placement.shared
+
+
+def test_the_placement_is_shared_by_later_waits() -> None:
+    where, placement = Where(True), Placement()
+    _pacer(where, placement).step(0.0)
+    later = _pacer(where, placement, now=pacing.CPU_EVERY / 4)
+    assert later.step(pacing.CPU_EVERY / 4) == YIELD
+    assert len(where.asked) == 1  # the first wait's finding, reused
+
+
+def test_unknown_placement_yields() -> None:
+    placement = Placement()
+    assert _pacer(None, placement).step(0.0) == YIELD
+    assert placement.shared
+
+
+def test_a_slow_check_runs_less_often() -> None:
+    class Slow(Where):
+        def shares_cpu(self, ranks: Iterable[int]) -> bool:
+            import time
+
+            t = time.perf_counter()
+            while time.perf_counter() - t < 0.001:
+                pass
+            return super().shares_cpu(ranks)
+
+    placement = Placement()
+    placement.check(Slow(False), [1], now=0.0)  # type: ignore[arg-type]
+    # 1 ms a check: the next one only after 1 ms / CHECK_SHARE
+    assert placement.next_check >= 0.001 / pacing.CHECK_SHARE * 0.99
+
+
+def test_engine_shortens_its_receive_spin_while_sharing() -> None:
+    e = Engine(0, 2, [None, None], cpus=[64, 64])
+    try:
+        assert not e.crowded and e.recv_spin == RECV_SPIN
+        e.placement.check(Where(True), [1], now=0.0)  # type: ignore[arg-type]
+        assert e.recv_spin == SHARED_POLLS
+        e.placement.check(Where(False), [1], now=1.0)  # type: ignore[arg-type]
+        assert e.recv_spin == RECV_SPIN
+    finally:
+        e.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or not os.path.exists("/proc/self/stat"),
+                    reason="needs Linux /proc and sched_setaffinity")
+def test_cpu_watch_reads_where_a_process_runs() -> None:
+    mask = os.sched_getaffinity(0)
+    cpu = min(mask)
+    os.sched_setaffinity(0, {cpu})
+    try:
+        os.sched_yield()  # (the move takes effect at once; this settles it)
+        if this_cpu() < 0:
+            pytest.skip("sched_getcpu is not available here")
+        assert this_cpu() == cpu
+        w = CpuWatch()
+        try:
+            assert w.cpu_of(os.getpid()) == cpu
+            assert w.shares_cpu([os.getpid()])
+            assert not w.shares_cpu([])
+            assert w.cpu_of(2**22 + 12345) == -1  # no such process: unknown
+            assert w.shares_cpu([2**22 + 12345])  # unknown counts as shared (yield: safe)
+        finally:
+            w.close()
+        assert w.cpu_of(os.getpid()) == cpu  # reopens after close
+        w.close()
+    finally:
+        os.sched_setaffinity(0, mask)
