@@ -58,6 +58,16 @@ def test_pingpong_ringworld(tmp_path: Path, transport: str) -> None:
     assert "WRONG" not in proc.stdout
 
 
+def test_pingpong_through_ringworld_mpi(tmp_path: Path) -> None:
+    """``--api mpi``: the mpi4py backend's calls through ringworld.MPI, checked alike."""
+    proc, doc = _bench(tmp_path, "--transport", "shm", "--api", "mpi", "--startup-runs", "0")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run = doc["runs"]["ringworldMPI-shm"]
+    _assert_verified(run, 6)
+    assert "ringworld.MPI" in run["library"]
+    assert "rwMPI-shm" in proc.stdout
+
+
 def test_pingpong_against_socket(tmp_path: Path) -> None:
     proc, doc = _bench(tmp_path, "--transport", "tcp", "--against", "socket")
     assert proc.returncode == 0, proc.stdout + proc.stderr

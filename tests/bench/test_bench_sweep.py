@@ -207,6 +207,28 @@ def test_cli_allreduce_against_mpi4py_or_skipped(tmp_path: Path) -> None:
         assert f"{label}/rw" in proc.stdout
 
 
+@pytest.mark.parametrize("coll", ["allreduce", "alltoall", "barrier"])
+def test_cli_times_ringworld_through_its_mpi4py_layer(tmp_path: Path, coll: str) -> None:
+    """``--api mpi``: the mpi4py peer's calls, made through ringworld.MPI under ringworld run,
+    checked against the same numpy reference."""
+    proc, doc = _bench(tmp_path, coll, "--api", "mpi")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run = doc["runs"]["rwMPI-shm"]
+    assert "ringworld.MPI" in run["library"]
+    if coll == "barrier":
+        assert run["ok"], run["error"]
+    else:
+        _assert_rows_ok(run, [1024, 65536])
+    assert {r["algorithm"] for r in run["rows"]} == {"ringworld.MPI"}
+
+
+def test_cli_api_mpi_refuses_what_it_cannot_time(tmp_path: Path) -> None:
+    proc = _run([sys.executable, "-m", "ringworld", "bench", "allreduce", "--api", "mpi",
+                 "--algorithm", "ring"])
+    assert proc.returncode == 2
+    assert "--api mpi" in proc.stderr
+
+
 def test_cli_rejects_an_unknown_algorithm(tmp_path: Path) -> None:
     proc = _run([sys.executable, "-m", "ringworld", "bench", "bcast", "--algorithm", "nope"])
     assert proc.returncode == 2

@@ -50,6 +50,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--repeats", type=int, default=5, help="timed repeats; the median is shown")
     p.add_argument("--kernels", type=parse_kernels, default=["latency", "stream", "object"],
                    help="any of latency,stream,object")
+    p.add_argument("--api", choices=("native", "mpi"), default="native",
+                   help="Ringworld's calls: the native API (default) or the mpi4py peer's "
+                        "calls through ringworld.MPI")
     p.add_argument("--against", action="append", choices=("mpi4py", "socket"), default=[],
                    help="also run a peer: mpi4py (under mpiexec) or a plain Python socket stream")
     p.add_argument("--mpi-python", default=os.environ.get("RINGWORLD_MPI_PYTHON"),
@@ -157,7 +160,7 @@ def _measure_all(args: argparse.Namespace, transports: list[str], rank_args: lis
     results: list[RunResult] = []
     for transport in transports:
         _progress(f"ringworld over {transport} ...")
-        res = runners.measure_ringworld(args.np, transport, rank_args, args.timeout)
+        res = runners.measure_ringworld(args.np, transport, rank_args, args.timeout, args.api)
         if args.startup_runs:
             argv = runners.ringworld_run_argv(
                 args.startup_np, transport, [str(runners.BARRIER_PROGRAM), "ringworld"])

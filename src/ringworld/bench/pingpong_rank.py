@@ -10,6 +10,7 @@ Backends (chosen with ``--backend``, imported lazily so this file needs only num
 
 ``ringworld``  the native API, under ``ringworld run``
 ``mpi4py``     ``MPI.COMM_WORLD``, under ``mpiexec`` (file path form; Ringworld is not imported)
+``ringworld-mpi``  the mpi4py backend's calls through ``ringworld.MPI``, under ``ringworld run``
 ``socket``     a plain Python TCP stream (NODELAY, 8-byte length prefix): the floor for TCP
 
 Every payload is checked: data is unique per 8-byte word (a bijection of index and seed),
@@ -167,10 +168,13 @@ def ringworld_ops() -> Ops:
     )
 
 
-def mpi4py_ops() -> Ops:
-    """Ops over mpi4py's ``COMM_WORLD`` (started by ``mpiexec``)."""
-    from mpi4py import MPI
+def mpi4py_ops(through_ringworld: bool = False) -> Ops:
+    """Ops over mpi4py's ``COMM_WORLD`` (started by ``mpiexec``), or the same calls through
+    ``ringworld.MPI`` (``through_ringworld``: started by ``ringworld run``)."""
+    import importlib
 
+    MPI: Any = importlib.import_module(  # noqa: N806 (the name mpi4py programs use)
+        "ringworld.MPI" if through_ringworld else "mpi4py.MPI")
     comm = MPI.COMM_WORLD
 
     def recv_count(buf: Bytes, source: int, tag: int) -> int:
@@ -178,9 +182,15 @@ def mpi4py_ops() -> Ops:
         comm.Recv(buf, source, tag, status)
         return int(status.Get_count(MPI.BYTE))
 
-    library = MPI.Get_library_version().splitlines()[0].strip()
+    if through_ringworld:
+        from importlib.metadata import version
+
+        library = f"ringworld {version('ringworld')} (ringworld.MPI)"
+    else:
+        first = " ".join(MPI.Get_library_version().splitlines()[0].split())
+        library = f"{first} (mpi4py {_mpi4py_version()})"
     return Ops(
-        library=f"{' '.join(library.split())} (mpi4py {_mpi4py_version()})",
+        library=library,
         rank=comm.Get_rank(),
         size=comm.Get_size(),
         send=comm.Send,
@@ -525,7 +535,8 @@ def parse_kernels(text: str) -> list[str]:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Arguments of the rank program (the ``bench pingpong`` command fills them in)."""
     p = argparse.ArgumentParser(prog="pingpong_rank", description=__doc__.splitlines()[0])
-    p.add_argument("--backend", choices=("ringworld", "mpi4py", "socket"), default="ringworld")
+    p.add_argument("--backend", choices=("ringworld", "ringworld-mpi", "mpi4py", "socket"),
+                   default="ringworld")
     p.add_argument("--sizes", type=_sizes, default=[0, 8, 64, 1024, 65536, 1 << 20])
     p.add_argument("--kernels", type=parse_kernels, default=["latency", "stream", "object"])
     p.add_argument("--iters", type=int, default=1000)
@@ -544,8 +555,8 @@ def make_ops(args: argparse.Namespace) -> Ops:
     """Start the chosen backend."""
     if args.backend == "ringworld":
         return ringworld_ops()
-    if args.backend == "mpi4py":
-        return mpi4py_ops()
+    if args.backend in ("mpi4py", "ringworld-mpi"):
+        return mpi4py_ops(args.backend == "ringworld-mpi")
     return socket_ops(args.socket_rank, args.socket_port, args.socket_fd)
 
 

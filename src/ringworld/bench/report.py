@@ -43,7 +43,7 @@ def _ratio(a: float | None, b: float | None) -> str:
 def display_name(run: RunResult) -> str:
     """A short column name: ``rw-shm``, ``rw-tcp``, ``mpich``, ``openmpi``, ``socket``."""
     if run.backend == "ringworld":
-        return f"rw-{run.transport}"
+        return f"rw{'MPI' if run.label.startswith('ringworldMPI') else ''}-{run.transport}"
     if run.backend == "mpi4py":
         lib = run.library.lower()
         if "mpich" in lib:

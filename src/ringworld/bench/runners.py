@@ -269,13 +269,16 @@ def _collect(result: RunResult, outcome: JobOutcome, out: Path) -> RunResult:
 
 
 def measure_ringworld(
-    np: int, transport: str, rank_args: Sequence[str], timeout: float
+    np: int, transport: str, rank_args: Sequence[str], timeout: float, api: str = "native"
 ) -> RunResult:
-    """Ringworld ranks under ``ringworld run``."""
-    result = RunResult(f"ringworld-{transport}", "ringworld", transport)
+    """Ringworld ranks under ``ringworld run``; ``api`` "mpi": the mpi4py backend's calls
+    through ``ringworld.MPI``."""
+    mpi = api == "mpi"
+    result = RunResult(f"ringworld{'MPI' if mpi else ''}-{transport}", "ringworld", transport)
     with tempfile.TemporaryDirectory(prefix="rw-bench-") as tmp:
         out = Path(tmp) / "result.json"
-        program = [str(RANK_PROGRAM), "--backend", "ringworld", *rank_args, "--out", str(out)]
+        backend = "ringworld-mpi" if mpi else "ringworld"
+        program = [str(RANK_PROGRAM), "--backend", backend, *rank_args, "--out", str(out)]
         outcome = run_job(ringworld_run_argv(np, transport, program), timeout)
         return _collect(result, outcome, out)
 

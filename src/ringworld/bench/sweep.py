@@ -8,6 +8,8 @@ nccl-tests factor (allreduce 2(n-1)/n; allgather, reduce_scatter, alltoall, gath
 (n-1)/n; others 1), elements found wrong against a numpy reference, the algorithm Ringworld
 chose, and for each peer its time and peer time / Ringworld time (above 1: Ringworld faster).
 For allgather, reduce_scatter, alltoall, gather and scatter the size is the whole buffer.
+``--api mpi`` times Ringworld through ``ringworld.MPI`` (the mpi4py peer's very calls, under
+``ringworld run``: the layer ported mpi4py programs use) instead of the native API.
 
 On a shared machine one job's timings can be off by 2x from the next one's. ``--rounds N`` runs
 every library N times, alternating (Ringworld, peers, Ringworld, peers, ...), and reports per size
@@ -130,7 +132,7 @@ def run_sweep(run: SweepRun, argv_for: Callable[[list[str]], list[str]],
         lines = outcome.output.splitlines()
         outcome.output = "\n".join(line for line in lines if PROGRESS not in line)
         run.error = outcome.describe()
-    if run.backend != "ringworld":
+    if not run.backend.startswith("ringworld"):
         run.label = peer_label(run.backend, run.library)
     state = "FAILED" if run.failed else "ok"
     _progress(f"{run.label}: {state} ({run.library})")
@@ -153,8 +155,10 @@ def run_all(args: argparse.Namespace, sizes: list[int]) -> list[SweepRun]:
     mine = [*base, *(["--algorithm", args.algorithm] if args.algorithm else [])]
     where = "cuda" if args.device == "cuda" else args.transport
     _progress(f"ringworld over {'NCCL (CUDA buffers)' if where == 'cuda' else where} ...")
+    mpi = args.api == "mpi"
     runs.append(run_sweep(
-        SweepRun(f"rw-{where}", "ringworld"),
+        SweepRun(f"rwMPI-{where}" if mpi else f"rw-{where}",
+                 "ringworld-mpi" if mpi else "ringworld"),
         lambda prog: runners.ringworld_run_argv(args.np, args.transport, prog),
         mine, args.timeout))
     for peer in dict.fromkeys(args.against):
@@ -390,6 +394,9 @@ def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
     common.add_argument("--against", action="append", choices=PEERS, default=[],
                         help="also run a peer: mpi4py (under mpiexec), gloo or nccl (torch's "
                              "ProcessGroupNCCL, with --device cuda)")
+    common.add_argument("--api", choices=("native", "mpi"), default="native",
+                        help="Ringworld's calls: the native API (default) or the same calls as "
+                             "the mpi4py peer's, through ringworld.MPI")
     common.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                         help="buffers on the host (default) or on each rank's GPU (torch CUDA "
                              "tensors: Ringworld's NCCL plane)")
@@ -442,6 +449,9 @@ def _validate(args: argparse.Namespace) -> list[int]:
         raise ValueError("-n must be >= 1, --iters >= 0, --time-per-size and --timeout > 0")
     if args.rounds < 1:
         raise ValueError(f"--rounds must be >= 1, got {args.rounds}")
+    if args.api == "mpi" and (args.device == "cuda" or args.algorithm is not None):
+        raise ValueError("--api mpi times ringworld.MPI's host calls: no --device cuda or "
+                         "--algorithm with it")
     if args.algorithm is not None:
         known = _algorithms(args.collective)
         if known is not None and args.algorithm not in known:

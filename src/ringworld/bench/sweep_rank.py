@@ -22,6 +22,7 @@ Backends (``--backend``, imported lazily so this file needs only numpy and runs 
 Ringworld installed):
 
 ``ringworld``  ``ringworld.init()`` under ``ringworld run``
+``ringworld-mpi``  the mpi4py backend's calls through ``ringworld.MPI``, under ``ringworld run``
 ``mpi4py``     ``MPI.COMM_WORLD`` under ``mpiexec``
 ``gloo``       ``torch.distributed`` with the gloo backend, under ``gloo_launch.py``; its
                reductions are in place only, so they are timed on a buffer of zeros (sums of
@@ -277,11 +278,20 @@ def ringworld_backend(algorithm: str | None, device: str = "cpu") -> Backend:
     )
 
 
-def mpi4py_backend() -> Backend:
-    """mpi4py's ``COMM_WORLD`` (started by ``mpiexec``)."""
-    import mpi4py
-    from mpi4py import MPI
+def mpi4py_backend(through_ringworld: bool = False) -> Backend:
+    """mpi4py's ``COMM_WORLD`` (started by ``mpiexec``), or the same calls through
+    ``ringworld.MPI`` (``through_ringworld``: started by ``ringworld run``), the layer ported
+    mpi4py programs use."""
+    import importlib
+    from importlib.metadata import version
 
+    mpi: Any = importlib.import_module("ringworld.MPI" if through_ringworld else "mpi4py.MPI")
+    if through_ringworld:
+        library = f"ringworld {version('ringworld')} (ringworld.MPI)"
+    else:
+        first = " ".join(mpi.Get_library_version().splitlines()[0].split())
+        library = f"{first} (mpi4py {importlib.import_module('mpi4py').__version__})"
+    MPI = mpi  # noqa: N806 (the name mpi4py programs use)
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
 
@@ -301,15 +311,14 @@ def mpi4py_backend() -> Backend:
         }
         return ops[collective]
 
-    library = " ".join(MPI.Get_library_version().splitlines()[0].split())
     return Backend(
-        library=f"{library} (mpi4py {mpi4py.__version__})",
+        library=library,
         rank=rank,
         size=comm.Get_size(),
         barrier=comm.Barrier,
         allgather_obj=comm.allgather,
         make_op=make_op,
-        algorithm=lambda: "mpi",
+        algorithm=lambda: "ringworld.MPI" if through_ringworld else "mpi",
         close=lambda: None,
     )
 
@@ -573,7 +582,7 @@ def parse_collectives(text: str) -> list[str]:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Arguments of the rank program (``ringworld bench <collective>`` fills them in)."""
     p = argparse.ArgumentParser(prog="sweep_rank", description=__doc__.splitlines()[0])
-    p.add_argument("--backend", choices=("ringworld", "mpi4py", "gloo", "nccl"),
+    p.add_argument("--backend", choices=("ringworld", "ringworld-mpi", "mpi4py", "gloo", "nccl"),
                    default="ringworld")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                    help="where the buffers are (cuda: torch CUDA tensors)")
@@ -597,8 +606,8 @@ def make_backend(args: argparse.Namespace) -> Backend:
     """Start the chosen library."""
     if args.backend == "ringworld":
         return ringworld_backend(args.algorithm, args.device)
-    if args.backend == "mpi4py":
-        return mpi4py_backend()
+    if args.backend in ("mpi4py", "ringworld-mpi"):
+        return mpi4py_backend(args.backend == "ringworld-mpi")
     return gloo_backend(args.timeout, args.backend)
 
 

@@ -12,9 +12,10 @@ shared-memory flag waits of the collectives), chosen by where the awaited peers 
 * a wait longer than ``spin_time`` sleeps (the transport's ``wait_event``, woken by peers that
   flip what it waits on), so an idle rank stops burning a core.
 
-Measured on 2 cores beside one busy process (8-byte allreduce, np=2, six fresh runs each): the
-former spin-then-yield policy took 12-14 us per call in half the runs and 1.5-1.6 ms in the other
-half (both ranks on one CPU, each spinning out its slice); this one 16-28 us in every run.
+Measured on 2 cores beside one busy process (np=2, each state taken on purpose by pinning):
+with both ranks on one CPU the former spin-then-yield waits took 1.5 ms per 8-byte allreduce
+and 7.9 ms per ping-pong round trip (each rank spun out its slice); these take 43 us and 84 us.
+With the ranks on different CPUs, and on a quiet machine, both take the same (10.5 us, 5.1 us).
 Ranks that outnumber the cores (``crowded``) keep yielding at once: there a peer nearly always
 waits for this CPU.
 
