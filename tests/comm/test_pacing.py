@@ -16,7 +16,7 @@ from ringworld.comm import pacing
 from ringworld.comm.engine import RECV_SPIN, SHARED_POLLS, Engine
 from ringworld.comm.pacing import SLEEP, SPIN, YIELD, Pacer, Placement
 from ringworld.transport.base import Transport
-from ringworld.transport.cpus import CpuWatch, this_cpu
+from ringworld.transport.cpus import CpuWatch, move_off, this_cpu
 
 
 class Where:
@@ -48,7 +48,7 @@ def test_peer_on_another_cpu_spins_then_sleeps() -> None:
 
 def test_peer_on_this_cpu_yields_and_the_engine_is_told() -> None:
     told: list[bool] = []
-    where, placement = Where(True), Placement(told.append)
+    where, placement = Where(True), Placement(told.append, move=lambda: False)
     p = _pacer(where, placement)
     assert p.step(0.0) == YIELD
     assert placement.shared and told == [True]
@@ -60,15 +60,33 @@ def test_peer_on_this_cpu_yields_and_the_engine_is_told() -> None:
 
 
 def test_the_placement_is_shared_by_later_waits() -> None:
-    where, placement = Where(True), Placement()
+    where, placement = Where(True), Placement(move=lambda: False)
     _pacer(where, placement).step(0.0)
     later = _pacer(where, placement, now=pacing.CPU_EVERY / 4)
     assert later.step(pacing.CPU_EVERY / 4) == YIELD
     assert len(where.asked) == 1  # the first wait's finding, reused
 
 
+def test_a_rank_sharing_its_cpu_moves_off_it_and_then_spins() -> None:
+    moves: list[int] = []
+
+    class Moved(Where):
+        def shares_cpu(self, ranks: Iterable[int]) -> bool:
+            shared = super().shares_cpu(ranks)
+            self.shared = False  # once asked, this rank "moved" (see move below)
+            return shared
+
+    def move() -> bool:
+        moves.append(1)
+        return True
+
+    where, placement = Moved(True), Placement(move=move)
+    assert _pacer(where, placement).step(0.0) == SPIN  # moved off, then found apart
+    assert moves == [1] and len(where.asked) == 2 and not placement.shared
+
+
 def test_unknown_placement_yields() -> None:
-    placement = Placement()
+    placement = Placement(move=lambda: False)
     assert _pacer(None, placement).step(0.0) == YIELD
     assert placement.shared
 
@@ -91,6 +109,7 @@ def test_a_slow_check_runs_less_often() -> None:
 
 def test_engine_shortens_its_receive_spin_while_sharing() -> None:
     e = Engine(0, 2, [None, None], cpus=[64, 64])
+    e.placement.move = lambda: False
     try:
         assert not e.crowded and e.recv_spin == RECV_SPIN
         e.placement.check(Where(True), [1], now=0.0)  # type: ignore[arg-type]
@@ -123,5 +142,23 @@ def test_cpu_watch_reads_where_a_process_runs() -> None:
             w.close()
         assert w.cpu_of(os.getpid()) == cpu  # reopens after close
         w.close()
+    finally:
+        os.sched_setaffinity(0, mask)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs sched_setaffinity")
+def test_move_off_restores_the_affinity_exactly() -> None:
+    mask = os.sched_getaffinity(0)
+    try:
+        outside = max(mask) + 1
+        assert not move_off(outside)  # not one of this thread's CPUs: nothing done
+        assert os.sched_getaffinity(0) == mask
+        if len(mask) >= 2:
+            assert move_off(min(mask))
+            assert os.sched_getaffinity(0) == mask  # the user's affinity, as it was
+        one = {min(mask)}
+        os.sched_setaffinity(0, one)
+        assert not move_off(min(mask))  # nowhere else to run
+        assert os.sched_getaffinity(0) == one
     finally:
         os.sched_setaffinity(0, mask)

@@ -80,3 +80,18 @@ class CpuWatch:
         for fd in fds.values():
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+
+def move_off(cpu: int) -> bool:
+    """Have the scheduler move the calling thread off ``cpu`` at once: its affinity is narrowed
+    to the others for an instant, then restored exactly. False (nothing changed) when ``cpu``
+    is not in its affinity or is its only CPU. Cost: two system calls and the migration."""
+    try:
+        mask = os.sched_getaffinity(0)
+        if cpu < 0 or cpu not in mask or len(mask) < 2:
+            return False
+        os.sched_setaffinity(0, mask - {cpu})
+        os.sched_setaffinity(0, mask)
+    except (OSError, AttributeError):
+        return False
+    return True
