@@ -53,6 +53,11 @@ def display_name(run: RunResult) -> str:
     return run.backend
 
 
+def _ratio_name(mine: RunResult, peer: RunResult) -> str:
+    """A ratio column's name: ``shm/mpich``, ``MPI-shm/mpich`` (through ringworld.MPI)."""
+    return f"{display_name(mine).removeprefix('rw-').removeprefix('rw')}/{display_name(peer)}"
+
+
 def ratio_pairs(runs: Sequence[RunResult]) -> list[tuple[RunResult, RunResult]]:
     """(ringworld run, peer run) pairs that get a ratio column."""
     mine = [r for r in runs if r.backend == "ringworld"]
@@ -87,7 +92,7 @@ def _size_table(
         return None
     pairs = ratio_pairs(runs)
     headers = ["size", *(display_name(r) for r in runs)]
-    headers += [f"{display_name(m)[3:]}/{display_name(p)}" for m, p in pairs]
+    headers += [_ratio_name(m, p) for m, p in pairs]
     rows = []
     for size in sizes:
 
@@ -113,7 +118,7 @@ def _scalar_table(
         return None
     pairs = ratio_pairs(runs)
     headers = ["", *(display_name(r) for r in runs)]
-    headers += [f"{display_name(m)[3:]}/{display_name(p)}" for m, p in pairs]
+    headers += [_ratio_name(m, p) for m, p in pairs]
     cells = [what, *(_num(values[id(r)]) for r in runs)]
     cells += [_ratio(values[id(m)], values[id(p)]) for m, p in pairs]
     return f"{title}\n{render_table(headers, [cells])}"
