@@ -569,6 +569,7 @@ class Engine(CallChecks):
         polls = 0
         transports = self.transports
         pacer: Pacer | None = None
+        slept = False  # once this wait sleeps, peers are checked after every sleep
         while True:
             if progress():
                 polls = 0
@@ -587,7 +588,7 @@ class Engine(CallChecks):
                 assert timeout is not None
                 raise self.timeout_error(describe(), timeout,
                                          f"rank {self.rank} of {self.size}")
-            if now >= next_check or polls > spin + YIELD_POLLS:
+            if now >= next_check or slept:
                 self.check_peers()
                 if cond():
                     return
@@ -608,6 +609,7 @@ class Engine(CallChecks):
             if step == YIELD:
                 os.sched_yield()
                 continue
+            slept = True
             slice_ = SLEEP_SLICE if deadline is None else max(0.0, min(SLEEP_SLICE,
                                                                        deadline - now))
             if len(transports) == 1:

@@ -42,7 +42,7 @@ this_cpu: Callable[[], int] = _getcpu()
 class CpuWatch:
     """The CPUs that processes (by pid) last ran on, from their ``/proc`` stat files kept open.
 
-    Not thread-safe: one per waiting site (a transport's), used by one thread at a time.
+    Safe to use from several threads (a descriptor is opened once per pid).
     """
 
     __slots__ = ("_fds",)
@@ -56,7 +56,10 @@ class CpuWatch:
         fd = self._fds.get(pid)
         try:
             if fd is None:
-                fd = self._fds[pid] = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+                new = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+                fd = self._fds.setdefault(pid, new)
+                if fd != new:  # another thread opened it meanwhile
+                    os.close(new)
             text = os.pread(fd, 1024, 0)
             return int(text[text.rindex(b")") + 2 :].split(None, _PROCESSOR + 1)[_PROCESSOR])
         except (OSError, ValueError, IndexError):
