@@ -22,6 +22,8 @@ from ringworld.transport.cpus import CpuWatch, move_off, this_cpu
 class Where:
     """Stands for a transport: says whether the asked ranks share this CPU, and records it."""
 
+    knows_cpus = True
+
     def __init__(self, shared: bool) -> None:
         self.shared = shared
         self.asked: list[list[int]] = []
@@ -162,3 +164,13 @@ def test_move_off_restores_the_affinity_exactly() -> None:
         assert os.sched_getaffinity(0) == one
     finally:
         os.sched_setaffinity(0, mask)
+
+
+def test_a_transport_that_cannot_tell_never_moves_the_rank() -> None:
+    class Blind(Where):
+        knows_cpus = False
+
+    moves: list[int] = []
+    placement = Placement(move=lambda: bool(moves.append(1)) or True)
+    assert _pacer(Blind(True), placement).step(0.0) == YIELD
+    assert moves == [] and placement.shared

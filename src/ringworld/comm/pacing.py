@@ -81,8 +81,10 @@ class Placement:
         else:
             t0 = time.perf_counter()
             shared = transport.shares_cpu(peers)
-            if shared and self.move():  # leave the peer this CPU, if this thread may run
-                shared = transport.shares_cpu(peers)  # on another
+            # leave the peer this CPU, if this thread may run on another (only on a definite
+            # answer: a transport that cannot tell, TCP's, says True)
+            if shared and transport.knows_cpus and self.move():
+                shared = transport.shares_cpu(peers)
             every = max(CPU_EVERY if shared else CPU_EVERY_APART,
                         (time.perf_counter() - t0) / CHECK_SHARE)
         self.next_check = now + every

@@ -231,6 +231,9 @@ class Transport(ABC):
         once.
         """
 
+    #: whether :meth:`shares_cpu` can tell (peers on this host whose processes it can see)
+    knows_cpus = False
+
     def shares_cpu(self, ranks: Iterable[int]) -> bool:
         """Whether any of ``ranks`` (peers this transport reaches) last ran, or waits to run,
         on the calling thread's CPU: then a wait for them should give the CPU up, else keep

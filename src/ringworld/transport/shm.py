@@ -715,6 +715,8 @@ class ShmTransport(Transport):
             if p is not None and p.ctl[_W_SLEEP] and not p.dead:
                 self._ring_bell(p)
 
+    knows_cpus = True
+
     def shares_cpu(self, ranks: Iterable[int]) -> bool:
         peers = self._peers
         pids = [p.pid for r in ranks if 0 <= r < self.size and (p := peers[r]) is not None]
