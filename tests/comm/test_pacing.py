@@ -87,10 +87,11 @@ def test_a_rank_sharing_its_cpu_moves_off_it_and_then_spins() -> None:
     assert moves == [1] and len(where.asked) == 2 and not placement.shared
 
 
-def test_unknown_placement_yields() -> None:
+def test_unknown_placement_spins_and_leaves_the_placement_alone() -> None:
     placement = Placement(move=lambda: False)
-    assert _pacer(None, placement).step(0.0) == YIELD
-    assert placement.shared
+    assert _pacer(None, placement, spin_time=0.01).step(0.0) == SPIN
+    assert not placement.shared and placement.next_check == 0.0
+    assert _pacer(None, placement, spin_time=0.01).step(0.0101) == SLEEP
 
 
 def test_a_slow_check_runs_less_often() -> None:
@@ -171,6 +172,7 @@ def test_a_transport_that_cannot_tell_never_moves_the_rank() -> None:
         knows_cpus = False
 
     moves: list[int] = []
+    blind = Blind(True)
     placement = Placement(move=lambda: bool(moves.append(1)) or True)
-    assert _pacer(Blind(True), placement).step(0.0) == YIELD
-    assert moves == [] and placement.shared
+    assert _pacer(blind, placement).step(0.0) == SPIN  # its "True" means only "cannot tell"
+    assert moves == [] and blind.asked == [] and not placement.shared

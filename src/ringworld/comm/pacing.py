@@ -11,7 +11,9 @@ shared-memory flag waits of the collectives), chosen by where the awaited peers 
   on another CPU it moves there at once (its affinity narrowed for an instant, then restored
   exactly: :func:`~ringworld.transport.cpus.move_off`); the scheduler, which cannot know that
   the two wait for each other, otherwise keeps them on one CPU beside an idle-looking busy one.
-  Else, or where the peer's CPU cannot be told: yield at once.
+  Else: yield at once.
+* where the peers' CPUs cannot be told (no transport, or one that cannot see its peers, TCP's):
+  spin, as MPI libraries do, and leave the engine's placement as it was.
 * a wait longer than ``spin_time`` sleeps (the transport's ``wait_event``, woken by peers that
   flip what it waits on), so an idle rank stops burning a core.
 
@@ -71,22 +73,17 @@ class Placement:
         self.changed = changed
         self.move = move  # moves this thread off its CPU; False if it cannot
 
-    def check(self, transport: Transport | None, peers: Collection[int], now: float) -> bool:
-        """Look again (if due) where ``peers`` run; return whether one shares this CPU."""
+    def check(self, transport: Transport, peers: Collection[int], now: float) -> bool:
+        """Look again (if due) where ``peers`` run, through ``transport`` (one that
+        ``knows_cpus``); return whether one shares this CPU."""
         if now < self.next_check:
             return self.shared
-        if transport is None:
-            shared = True
-            every = CPU_EVERY
-        else:
-            t0 = time.perf_counter()
+        t0 = time.perf_counter()
+        shared = transport.shares_cpu(peers)
+        if shared and self.move():  # leave the peer this CPU, if this thread may run on another
             shared = transport.shares_cpu(peers)
-            # leave the peer this CPU, if this thread may run on another (only on a definite
-            # answer: a transport that cannot tell, TCP's, says True)
-            if shared and transport.knows_cpus and self.move():
-                shared = transport.shares_cpu(peers)
-            every = max(CPU_EVERY if shared else CPU_EVERY_APART,
-                        (time.perf_counter() - t0) / CHECK_SHARE)
+        every = max(CPU_EVERY if shared else CPU_EVERY_APART,
+                    (time.perf_counter() - t0) / CHECK_SHARE)
         self.next_check = now + every
         if shared != self.shared:
             self.shared = shared
@@ -98,7 +95,8 @@ class Placement:
 class Pacer:
     """The policy for one wait (see the module's docstring); ``step(now)`` says what to do.
 
-    ``transport`` reaches the awaited peers (None: where they run is unknown, so waits yield);
+    ``transport`` reaches the awaited peers (None, or one that cannot see where they run:
+    the wait spins and the placement is left alone);
     ``peers()`` names them (world ranks); ``spin_time`` bounds the spinning, from ``now``;
     ``placement`` is the engine's (see :class:`Placement`). A caller that cannot sleep yields
     instead.
@@ -108,7 +106,7 @@ class Pacer:
 
     def __init__(self, transport: Transport | None, peers: Callable[[], Collection[int]],
                  spin_time: float, now: float, placement: Placement) -> None:
-        self._transport = transport
+        self._transport = transport if transport is not None and transport.knows_cpus else None
         self._peers = peers
         self._spin_end = now + spin_time
         self._placement = placement
@@ -117,7 +115,10 @@ class Pacer:
         """SPIN, YIELD or SLEEP, for a wait still unmet at ``now`` (``time.monotonic()``)."""
         if now >= self._spin_end:
             return SLEEP
+        t = self._transport
+        if t is None:
+            return SPIN
         pl = self._placement
         if now >= pl.next_check:
-            pl.check(self._transport, self._peers(), now)
+            pl.check(t, self._peers(), now)
         return YIELD if pl.shared else SPIN
