@@ -285,13 +285,13 @@ def mpi4py_backend(through_ringworld: bool = False) -> Backend:
     import importlib
     from importlib.metadata import version
 
-    mpi: Any = importlib.import_module("ringworld.MPI" if through_ringworld else "mpi4py.MPI")
+    MPI: Any = importlib.import_module(  # noqa: N806 (the name mpi4py programs use)
+        "ringworld.MPI" if through_ringworld else "mpi4py.MPI")
     if through_ringworld:
         library = f"ringworld {version('ringworld')} (ringworld.MPI)"
     else:
-        first = " ".join(mpi.Get_library_version().splitlines()[0].split())
+        first = " ".join(MPI.Get_library_version().splitlines()[0].split())
         library = f"{first} (mpi4py {importlib.import_module('mpi4py').__version__})"
-    MPI = mpi  # noqa: N806 (the name mpi4py programs use)
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
 
