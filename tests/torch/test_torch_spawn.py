@@ -30,10 +30,17 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _run(*args: str) -> list[dict[str, Any]]:
+def _run(*args: str, reference: bool = False) -> list[dict[str, Any]]:
+    """The program's RESULT lines. ``reference``: a run of torch's own Gloo, tried once more
+    when a rank died of a signal (Gloo's threads sometimes abort the process at teardown under
+    load, "terminate called without an active exception": torch's crash, not ours)."""
     env = _env()
-    proc = subprocess.run([sys.executable, str(PROGRAM), *args], env=env, capture_output=True,
-                          text=True, timeout=150, check=False, stdin=subprocess.DEVNULL)
+    for attempt in (1, 2):
+        proc = subprocess.run([sys.executable, str(PROGRAM), *args], env=env,
+                              capture_output=True, text=True, timeout=150, check=False,
+                              stdin=subprocess.DEVNULL)
+        if not (reference and attempt == 1 and "terminated with signal" in proc.stderr):
+            break
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     return [json.loads(line[7:]) for line in proc.stdout.splitlines()
             if line.startswith("RESULT ")]
@@ -67,7 +74,7 @@ def test_a_killed_rank_is_named_by_the_others() -> None:
 @pytest.mark.timeout(300)
 def test_device_mesh_dtensor_compile_profiler_and_fsdp2_as_on_gloo() -> None:
     ours = sorted(_run("modern-ringworld", "2"), key=lambda r: r["rank"])
-    gloo = sorted(_run("modern-gloo", "2"), key=lambda r: r["rank"])
+    gloo = sorted(_run("modern-gloo", "2", reference=True), key=lambda r: r["rank"])
     for r, g in zip(ours, gloo, strict=True):
         assert r["redistributed"] and r["compiled"] == g["compiled"], (r, g)
         assert r["compiled"] == [2.0 * (2 * i + 1) + 1 for i in range(3)], r
