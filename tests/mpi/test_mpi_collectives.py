@@ -667,8 +667,108 @@ def _fast_paths(_: object) -> int:
     return checks
 
 
+def _repeats(_: object) -> int:
+    """The repeat path of the buffer collectives (Bcast, Allgather, Alltoall, Allreduce,
+    Reduce_scatter_block): repeated on the same arrays with new data each time, on new arrays
+    of the same shape, with other datatypes per rank (bytes move as bytes), beside native calls
+    on the same arrays, and while a tool observes; a read-only buffer of a kept shape still
+    fails as the checks say, and the communicator stays usable."""
+    import ringworld
+    from ringworld.collective.cache import AdapterKey
+    from ringworld.comm import hooks
+
+    comm = MPI.COMM_WORLD
+    native = ringworld.world()
+    r, p = comm.Get_rank(), comm.Get_size()
+    eq = np.testing.assert_array_equal
+    checks = 0
+    n = 5
+
+    def one_round(salt: int, fresh: bool, mixed: bool) -> None:
+        nonlocal checks
+        # mixed: odd ranks see their float32 data as int32 (the same bytes)
+        def own(dtype: str, q: int, count: int) -> np.ndarray:
+            return data(q, count, dtype, salt)
+
+        def typed(a: np.ndarray) -> np.ndarray:
+            return a.view("i4") if mixed and r % 2 else a
+
+        root = salt % p
+        buf = typed(own("f4", r, n).copy() if r == root else np.zeros(n, "f4"))
+        comm.Bcast(buf, root)
+        eq(buf.view("f4"), own("f4", root, n))
+        send = typed(own("f4", r, n))
+        got = typed(np.zeros(n * p, "f4")) if fresh or salt == 0 else gathered
+        comm.Allgather(send, got)
+        eq(got.view("f4"), np.concatenate([own("f4", q, n) for q in range(p)]))
+        blocks = typed(data(r, n * p, "f4", salt))
+        into = typed(np.zeros(n * p, "f4"))
+        comm.Alltoall(blocks, into)
+        eq(into.view("f4"), np.concatenate([data(q, n * p, "f4", salt)[r * n:(r + 1) * n]
+                                            for q in range(p)]))
+        x, total = data(r, n, "f8", salt), np.zeros(n)
+        comm.Allreduce(x, total, MPI.SUM)
+        eq(total, sum(data(q, n, "f8", salt) for q in range(p)))
+        comm.Allreduce(x, total, MPI.MAX)
+        eq(total, data(p - 1, n, "f8", salt))
+        part = np.zeros(n, "i8")
+        comm.Reduce_scatter_block(data(r, n * p, "i8", salt), part, MPI.SUM)
+        eq(part, sum(data(q, n * p, "i8", salt) for q in range(p))[r * n:(r + 1) * n])
+        checks += 1
+
+    gathered = np.zeros(n * p, "f4")
+    for salt in range(4):  # the same receive arrays (Allgather) and new ones of one shape
+        one_round(salt, fresh=False, mixed=False)
+        one_round(salt, fresh=True, mixed=False)
+    for salt in range(3):
+        one_round(salt, fresh=True, mixed=True)
+    if native._arena is not None:  # shared windows: the repeats ran there, under our keys
+        kept = native._cache.last
+        assert isinstance(kept["allgather"][2], AdapterKey), kept["allgather"]
+        assert isinstance(kept["allreduce"][2], AdapterKey), kept["allreduce"]
+    # native calls on the same arrays keep their own (typed) semantics
+    send, got = data(r, n, "f4"), np.zeros(n * p, "f4")
+    for _ in range(2):
+        comm.Allgather(send, got)
+        native.allgather(send, got)
+        eq(got, np.concatenate([data(q, n, "f4") for q in range(p)]))
+        x, total = data(r, n), np.zeros(n)
+        native.allreduce(x, total)
+        comm.Allreduce(x, total, MPI.SUM)
+        eq(total, sum(data(q, n) for q in range(p)))
+        checks += 1
+    # a read-only buffer of a kept shape fails as the checks say; nothing is left half-done
+    ro = np.zeros(n * p, "f4")
+    ro.flags.writeable = False
+    with pytest.raises(TypeError, match="read-only"):
+        comm.Allgather(send, ro)
+    comm.Allgather(send, got)
+    eq(got, np.concatenate([data(q, n, "f4") for q in range(p)]))
+    # while a tool observes, every call goes through the native methods it wraps
+    seen: list[str] = []
+
+    def wrap(mark: Any, name: str, fn: Any) -> Any:
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            seen.append(name)
+            return fn(*args, **kwargs)
+        return counted
+
+    hooks.observe(wrap)
+    try:
+        for _ in range(3):
+            comm.Allgather(send, got)
+            comm.Allreduce(x, total, MPI.SUM)
+            comm.Bcast(got, 0)
+    finally:
+        hooks.unobserve()
+    assert seen.count("allgather") == 3 and seen.count("allreduce") == 3, seen
+    assert seen.count("bcast") == 3, seen
+    comm.Barrier()
+    return checks
+
+
 TOPICS = {"movement": _movement, "reductions": _reductions, "objects_comms": _objects_and_comms,
-          "fast_paths": _fast_paths}
+          "fast_paths": _fast_paths, "repeats": _repeats}
 
 
 @pytest.mark.parametrize("size", SIZES)

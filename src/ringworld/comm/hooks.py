@@ -34,6 +34,9 @@ class Mark(NamedTuple):
 Wrapper = Callable[[Mark, str, Callable[..., Any]], Callable[..., Any]]
 
 _classes: list[type] = []
+#: True while a tool observes: callers that take a shortcut past the observable methods (the
+#: repeat path of ``ringworld.MPI``) go through them instead, so the tool sees every call
+observing = False
 _originals: dict[tuple[type, str], Callable[..., Any]] = {}
 _lock = threading.Lock()
 
@@ -69,15 +72,19 @@ def marked() -> list[tuple[type, str, Mark]]:
 def observe(wrap: Wrapper) -> None:
     """Install ``wrap(mark, name, fn)`` in place of every observable method (once: a second
     call while observed replaces the first tool's wrappers)."""
+    global observing
     with _lock:
         for cls, name, mark in marked():
             fn = _originals.setdefault((cls, name), vars(cls)[name])
             setattr(cls, name, wrap(mark, name, fn))
+        observing = True
 
 
 def unobserve() -> None:
     """Put every original method back."""
+    global observing
     with _lock:
         for (cls, name), fn in _originals.items():
             setattr(cls, name, fn)
         _originals.clear()
+        observing = False
