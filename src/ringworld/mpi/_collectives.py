@@ -77,7 +77,7 @@ def _root_key(root: Any) -> AdapterKey | None:
     if type(root) is not int:
         return None
     key = _ROOT_KEYS.get(root)
-    if key is None and len(_ROOT_KEYS) < 4096:
+    if key is None and len(_ROOT_KEYS) < 4096:  # (roots are ranks: a few)
         key = _ROOT_KEYS[root] = AdapterKey(("root", root), True)
     return key
 
@@ -88,14 +88,6 @@ def _op_key(op: Any) -> AdapterKey | None:
     if key is None and predefined_native(op) is not None:
         key = _OP_KEYS[id(op)] = AdapterKey(op._name, False)
     return key
-
-
-def _again(native: ringworld.Communicator, coll: str, sendbuf: Any, recvbuf: Any,
-           key: AdapterKey | None) -> bool:
-    """Run this call on the native repeat path if its shape ran there under ``key`` (see
-    above); False, having done nothing, if not. Cost: an identity check, or a dict lookup."""
-    return (key is not None and not hooks.observing
-            and native._again(coll, sendbuf, recvbuf, key, None))
 
 
 def _keep(native: ringworld.Communicator, prepare: Any, args: tuple[Any, ...], sendbuf: Any,
@@ -199,12 +191,12 @@ class Collectives:
     def Bcast(self, buf: Any, root: int = 0) -> None:
         """Copy ``buf`` of ``root`` into ``buf`` of every process."""
         n = self._native
-        key = _root_key(root)
-        if _again(n, "bcast", buf, buf, key):
-            return
+        key = _ROOT_KEYS.get(root) if type(root) is int else None
+        if key is not None and not hooks.observing and n._again("bcast", buf, buf, key, None):
+            return  # the repeat path (see above): each line here is inline on purpose
         args = self._bcast(buf, root, "Bcast")
         arr = plain_array(buf, True)  # (a root's read-only buffer takes the checked path)
-        if not _keep(n, calls.bcast, args, arr, arr, key):
+        if not _keep(n, calls.bcast, args, arr, arr, _root_key(root)):
             n.bcast(*args)
 
     def Ibcast(self, buf: Any, root: int = 0) -> Request:
@@ -294,7 +286,7 @@ class Collectives:
     def Allgather(self, sendbuf: Any, recvbuf: Any) -> None:
         """Every process gets every process's ``sendbuf``, block i from rank i."""
         n = self._native
-        if _again(n, "allgather", sendbuf, recvbuf, _MOVED):
+        if not hooks.observing and n._again("allgather", sendbuf, recvbuf, _MOVED, None):
             return
         args = self._allgather(sendbuf, recvbuf, "Allgather")
         if not _keep(n, calls.allgather, (*args, None, None), plain_array(sendbuf, False),
@@ -333,7 +325,7 @@ class Collectives:
     def Alltoall(self, sendbuf: Any, recvbuf: Any) -> None:
         """Block j of rank i's ``sendbuf`` goes to block i of rank j's ``recvbuf``."""
         n = self._native
-        if _again(n, "alltoall", sendbuf, recvbuf, _MOVED):
+        if not hooks.observing and n._again("alltoall", sendbuf, recvbuf, _MOVED, None):
             return
         args = self._alltoall(sendbuf, recvbuf, "Alltoall")
         if not _keep(n, calls.alltoall, args, plain_array(sendbuf, False),
@@ -406,14 +398,15 @@ class Collectives:
     def Allreduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> None:
         """Combine every process's ``sendbuf`` with ``op``; every process gets the result."""
         n = self._native
-        key = _op_key(op)
-        if _again(n, "allreduce", ringworld.IN_PLACE if sendbuf is IN_PLACE else sendbuf,
-                  recvbuf, key):
+        key = _OP_KEYS.get(id(op))
+        if key is not None and not hooks.observing and n._again(
+                "allreduce", ringworld.IN_PLACE if sendbuf is IN_PLACE else sendbuf, recvbuf,
+                key, None):
             return
         fast = _plain_reduction(sendbuf, recvbuf, op)
         if fast is None:
             n.allreduce(*self._allreduce(sendbuf, recvbuf, op, "Allreduce"))
-        elif not _keep(n, calls.allreduce, fast, fast[0], fast[1], key):
+        elif not _keep(n, calls.allreduce, fast, fast[0], fast[1], _op_key(op)):
             n.allreduce(*fast)  # the user's own arrays: the native repeat path can see them
 
     def Iallreduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> Request:
@@ -440,13 +433,14 @@ class Collectives:
     def Reduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> None:
         """Reduce ``sendbuf`` (one block per process) and give rank i block i."""
         n = self._native
-        key = _op_key(op)
-        if _again(n, "reduce_scatter_block", sendbuf, recvbuf, key):
+        key = _OP_KEYS.get(id(op))
+        if key is not None and not hooks.observing and n._again(
+                "reduce_scatter_block", sendbuf, recvbuf, key, None):
             return
         sb, rb, o = self._reduce_scatter_block(sendbuf, recvbuf, op, "Reduce_scatter_block")
         if sb is IN_PLACE or not _keep(n, calls.reduce_scatter, (sb, rb, None, o),
                                        plain_array(sendbuf, False), plain_array(recvbuf, True),
-                                       key):
+                                       _op_key(op)):
             n.reduce_scatter_block(sb, rb, o)
 
     def Ireduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> Request:

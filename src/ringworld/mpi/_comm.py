@@ -17,6 +17,8 @@ from collections.abc import Callable
 from typing import Any, Literal, NoReturn, Self
 
 import ringworld
+from ringworld import runtime as _runtime
+from ringworld.collective.communicator import Communicator as _Communicator
 from ringworld.mpi._buffer import plain_array, recv_message, send_message
 from ringworld.mpi._collectives import Collectives, IntraCollectives
 from ringworld.mpi._constants import (
@@ -57,8 +59,11 @@ def _fill(status: Status | None, native: ringworld.Status) -> None:
 
 
 def _world() -> ringworld.Communicator:
+    world = _runtime._world  # the common case inline: the native world, already made
+    if type(world) is _Communicator:
+        return world
     world = ringworld.world()
-    if not isinstance(world, ringworld.Communicator):
+    if not isinstance(world, _Communicator):
         raise RuntimeError(
             "ringworld.MPI runs on the native backend; this job uses backend='mpi' "
             "(RINGWORLD_BACKEND=mpi): use the communicator ringworld.init() returns, or mpi4py")
@@ -456,11 +461,11 @@ class Comm(Collectives):
 
     def Send(self, buf: Any, dest: int, tag: int = 0) -> None:
         """Send a buffer spec (blocking, standard mode)."""
-        if dest == PROC_NULL and buf is None:
-            return
         arr = plain_array(buf, False)
         if arr is not None and dest != PROC_NULL:  # sends the same bytes, unvalidated
             self._native.send(arr, dest, tag)
+            return
+        if dest == PROC_NULL and buf is None:
             return
         message = send_message(buf, "Send(buf)")
         if dest != PROC_NULL:
@@ -505,12 +510,14 @@ class Comm(Collectives):
         status: Status | None = None,
     ) -> None:
         """Receive into a buffer spec; a longer message raises ``TruncationError``."""
-        if source == PROC_NULL and buf is None:
-            _fill_proc_null(status)
-            return
         arr = plain_array(buf, True)
         if arr is not None and source != PROC_NULL:  # receives into the same bytes
-            _fill(status, self._native.recv(arr, source, tag))
+            got = self._native.recv(arr, source, tag)
+            if status is not None:
+                status._set(got.source, got.tag, got.nbytes, got.cancelled)
+            return
+        if source == PROC_NULL and buf is None:
+            _fill_proc_null(status)
             return
         message = recv_message(buf, "Recv(buf)")
         if source == PROC_NULL:
