@@ -399,9 +399,8 @@ class Collectives:
         """Combine every process's ``sendbuf`` with ``op``; every process gets the result."""
         n = self._native
         key = _OP_KEYS.get(id(op))
-        if key is not None and not hooks.observing and n._again(
-                "allreduce", ringworld.IN_PLACE if sendbuf is IN_PLACE else sendbuf, recvbuf,
-                key, None):
+        if key is not None and not hooks.observing and n._again("allreduce", sendbuf, recvbuf,
+                                                                key, None):
             return
         fast = _plain_reduction(sendbuf, recvbuf, op)
         if fast is None:
