@@ -90,6 +90,16 @@ def _op_key(op: Any) -> AdapterKey | None:
     return key
 
 
+def _again_arrays(native: ringworld.Communicator, coll: str, sendbuf: Any, recvbuf: Any,
+                  s: Array | None, r: Array | None, key: AdapterKey | None) -> bool:
+    """The repeat path's second look, for ``[array, datatype]`` specs (mpi4py's common form: a
+    new list each call): the call again on their arrays ``s`` and ``r`` (:func:`plain_array`'s),
+    when they are not the specs themselves. False, having done nothing, if not kept."""
+    return (key is not None and s is not None and r is not None
+            and (s is not sendbuf or r is not recvbuf) and not hooks.observing
+            and native._again(coll, s, r, key, None))
+
+
 def _keep(native: ringworld.Communicator, prepare: Any, args: tuple[Any, ...], sendbuf: Any,
           recvbuf: Any, key: AdapterKey | None) -> bool:
     """Run a checked blocking call (``prepare(native, *args)`` of the collective table) so that
@@ -194,8 +204,10 @@ class Collectives:
         key = _ROOT_KEYS.get(root) if type(root) is int else None
         if key is not None and not hooks.observing and n._again("bcast", buf, buf, key, None):
             return  # the repeat path (see above): each line here is inline on purpose
-        args = self._bcast(buf, root, "Bcast")
         arr = plain_array(buf, True)  # (a root's read-only buffer takes the checked path)
+        if _again_arrays(n, "bcast", buf, buf, arr, arr, key):
+            return
+        args = self._bcast(buf, root, "Bcast")
         if not _keep(n, calls.bcast, args, arr, arr, _root_key(root)):
             n.bcast(*args)
 
@@ -288,9 +300,11 @@ class Collectives:
         n = self._native
         if not hooks.observing and n._again("allgather", sendbuf, recvbuf, _MOVED, None):
             return
+        s, r = plain_array(sendbuf, False), plain_array(recvbuf, True)
+        if _again_arrays(n, "allgather", sendbuf, recvbuf, s, r, _MOVED):
+            return
         args = self._allgather(sendbuf, recvbuf, "Allgather")
-        if not _keep(n, calls.allgather, (*args, None, None), plain_array(sendbuf, False),
-                     plain_array(recvbuf, True), _MOVED):
+        if not _keep(n, calls.allgather, (*args, None, None), s, r, _MOVED):
             n.allgather(*args)
 
     def Iallgather(self, sendbuf: Any, recvbuf: Any) -> Request:
@@ -327,9 +341,11 @@ class Collectives:
         n = self._native
         if not hooks.observing and n._again("alltoall", sendbuf, recvbuf, _MOVED, None):
             return
+        s, r = plain_array(sendbuf, False), plain_array(recvbuf, True)
+        if _again_arrays(n, "alltoall", sendbuf, recvbuf, s, r, _MOVED):
+            return
         args = self._alltoall(sendbuf, recvbuf, "Alltoall")
-        if not _keep(n, calls.alltoall, args, plain_array(sendbuf, False),
-                     plain_array(recvbuf, True), _MOVED):
+        if not _keep(n, calls.alltoall, args, s, r, _MOVED):
             n.alltoall(*args)
 
     def Ialltoall(self, sendbuf: Any, recvbuf: Any) -> Request:
@@ -405,6 +421,8 @@ class Collectives:
         fast = _plain_reduction(sendbuf, recvbuf, op)
         if fast is None:
             n.allreduce(*self._allreduce(sendbuf, recvbuf, op, "Allreduce"))
+        elif _again_arrays(n, "allreduce", sendbuf, recvbuf, fast[0], fast[1], key):
+            return
         elif not _keep(n, calls.allreduce, fast, fast[0], fast[1], _op_key(op)):
             n.allreduce(*fast)  # the user's own arrays: the native repeat path can see them
 
@@ -436,9 +454,11 @@ class Collectives:
         if key is not None and not hooks.observing and n._again(
                 "reduce_scatter_block", sendbuf, recvbuf, key, None):
             return
+        s, r = plain_array(sendbuf, False), plain_array(recvbuf, True)
+        if _again_arrays(n, "reduce_scatter_block", sendbuf, recvbuf, s, r, key):
+            return
         sb, rb, o = self._reduce_scatter_block(sendbuf, recvbuf, op, "Reduce_scatter_block")
-        if sb is IN_PLACE or not _keep(n, calls.reduce_scatter, (sb, rb, None, o),
-                                       plain_array(sendbuf, False), plain_array(recvbuf, True),
+        if sb is IN_PLACE or not _keep(n, calls.reduce_scatter, (sb, rb, None, o), s, r,
                                        _op_key(op)):
             n.reduce_scatter_block(sb, rb, o)
 
