@@ -829,6 +829,20 @@ def test_mismatched_sizes_fail_rather_than_corrupt(transport: str) -> None:
 
 
 # ------------------------------------------------------------------------------ local
+def test_spec_array_finds_only_an_array_or_one_with_its_own_datatype() -> None:
+    from ringworld.mpi._buffer import spec_array
+
+    x = np.zeros(3, np.float32)
+    assert spec_array(x) is x and spec_array([x, MPI.FLOAT]) is x
+    assert spec_array((x, MPI.FLOAT)) is x
+    y = np.zeros(3, np.int64)
+    assert spec_array([y, MPI.INT64_T]) is y
+    for other in ([x, MPI.INT], [x, MPI.DOUBLE], [x], [x, 3, MPI.FLOAT], [x, None],
+                  [x.tolist(), MPI.FLOAT], [bytearray(12), MPI.FLOAT], "ab", None,
+                  bytearray(4), {"a": 1}, MPI.IN_PLACE):
+        assert spec_array(other) is None, other
+
+
 def test_pair_datatypes() -> None:
     assert (MPI.DOUBLE_INT.Get_size(), MPI.DOUBLE_INT.Get_extent()) == (12, (0, 16))
     assert (MPI.TWOINT.size, MPI.TWOINT.extent, MPI.TWOINT.name) == (8, 8, "MPI_2INT")

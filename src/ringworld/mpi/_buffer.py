@@ -120,20 +120,37 @@ def plain_array(spec: Any, writable: bool) -> Array | None:
     validate). The fast path of the common call. Cost: a few attribute reads."""
     if type(spec) is np.ndarray:
         arr = spec
+        if arr.ndim != 1 or arr.dtype not in PLAIN_DTYPES:
+            return None
     elif (type(spec) is list or type(spec) is tuple) and len(spec) == 2 \
             and type(spec[0]) is np.ndarray:
         arr = spec[0]
-        named = _SIMPLE.get(id(spec[1]))
-        if named is None or named != arr.dtype:  # (numpy reads None as float64: test it)
+        # (numpy's dtypes of one kind are one object: another is never plain; and numpy
+        # reads None as float64, so no comparison with ==)
+        if _SIMPLE.get(id(spec[1])) is not arr.dtype or arr.ndim != 1:
             return None
     else:
-        return None
-    if arr.ndim != 1 or arr.dtype not in PLAIN_DTYPES:
         return None
     flags = arr.flags
     if not flags.c_contiguous or (writable and not flags.writeable):
         return None
     return arr
+
+
+def spec_array(spec: Any) -> Array | None:
+    """The array of a spec for the repeat path (``ringworld.MPI``'s collectives): the spec if
+    it is a numpy array, the array of ``[array, datatype]`` whose datatype is the array's very
+    dtype, else None. A lookup only: the repeat path finds the arrays' shape among those that
+    went through :func:`plain_array` and the checks. Cost: 0.1 us."""
+    kind = type(spec)
+    if kind is list or kind is tuple:
+        try:
+            arr, datatype = spec
+        except ValueError:  # another length: another form
+            return None
+        return arr if type(arr) is np.ndarray and _SIMPLE.get(id(datatype)) is arr.dtype \
+            else None
+    return spec if kind is np.ndarray else None
 
 
 def send_message(spec: Any, where: str) -> Message:

@@ -35,6 +35,7 @@ from ringworld.mpi._buffer import (
     plain_array,
     recv_message,
     send_message,
+    spec_array,
     vector_message,
     w_blocks,
 )
@@ -90,14 +91,14 @@ def _op_key(op: Any) -> AdapterKey | None:
     return key
 
 
-def _again_arrays(native: ringworld.Communicator, coll: str, sendbuf: Any, recvbuf: Any,
-                  s: Array | None, r: Array | None, key: AdapterKey | None) -> bool:
-    """The repeat path's second look, for ``[array, datatype]`` specs (mpi4py's common form: a
-    new list each call): the call again on their arrays ``s`` and ``r`` (:func:`plain_array`'s),
-    when they are not the specs themselves. False, having done nothing, if not kept."""
-    return (key is not None and s is not None and r is not None
-            and (s is not sendbuf or r is not recvbuf) and not hooks.observing
-            and native._again(coll, s, r, key, None))
+def _again_specs(native: ringworld.Communicator, coll: str, sendbuf: Any, recvbuf: Any,
+                 key: AdapterKey) -> bool:
+    """The repeat path for specs that are not arrays, as ``[array, datatype]`` (mpi4py's
+    common form, a new list each call): the call again on their arrays. False, having done
+    nothing, if they are none or not kept."""
+    s = sendbuf if sendbuf is IN_PLACE else spec_array(sendbuf)
+    r = spec_array(recvbuf)
+    return s is not None and r is not None and native._again(coll, s, r, key, None)
 
 
 def _keep(native: ringworld.Communicator, prepare: Any, args: tuple[Any, ...], sendbuf: Any,
@@ -202,11 +203,11 @@ class Collectives:
         """Copy ``buf`` of ``root`` into ``buf`` of every process."""
         n = self._native
         key = _ROOT_KEYS.get(root) if type(root) is int else None
-        if key is not None and not hooks.observing and n._again("bcast", buf, buf, key, None):
-            return  # the repeat path (see above): each line here is inline on purpose
-        arr = plain_array(buf, True)  # (a root's read-only buffer takes the checked path)
-        if _again_arrays(n, "bcast", buf, buf, arr, arr, key):
+        if key is not None and not hooks.observing and (  # the repeat path (see above), inline
+                n._again("bcast", buf, buf, key, None) if type(buf) is np.ndarray
+                else _again_specs(n, "bcast", buf, buf, key)):
             return
+        arr = plain_array(buf, True)  # (a root's read-only buffer takes the checked path)
         args = self._bcast(buf, root, "Bcast")
         if not _keep(n, calls.bcast, args, arr, arr, _root_key(root)):
             n.bcast(*args)
@@ -298,11 +299,11 @@ class Collectives:
     def Allgather(self, sendbuf: Any, recvbuf: Any) -> None:
         """Every process gets every process's ``sendbuf``, block i from rank i."""
         n = self._native
-        if not hooks.observing and n._again("allgather", sendbuf, recvbuf, _MOVED, None):
+        if not hooks.observing and (
+                n._again("allgather", sendbuf, recvbuf, _MOVED, None) if type(recvbuf) is np.ndarray
+                else _again_specs(n, "allgather", sendbuf, recvbuf, _MOVED)):
             return
         s, r = plain_array(sendbuf, False), plain_array(recvbuf, True)
-        if _again_arrays(n, "allgather", sendbuf, recvbuf, s, r, _MOVED):
-            return
         args = self._allgather(sendbuf, recvbuf, "Allgather")
         if not _keep(n, calls.allgather, (*args, None, None), s, r, _MOVED):
             n.allgather(*args)
@@ -339,11 +340,11 @@ class Collectives:
     def Alltoall(self, sendbuf: Any, recvbuf: Any) -> None:
         """Block j of rank i's ``sendbuf`` goes to block i of rank j's ``recvbuf``."""
         n = self._native
-        if not hooks.observing and n._again("alltoall", sendbuf, recvbuf, _MOVED, None):
+        if not hooks.observing and (
+                n._again("alltoall", sendbuf, recvbuf, _MOVED, None) if type(recvbuf) is np.ndarray
+                else _again_specs(n, "alltoall", sendbuf, recvbuf, _MOVED)):
             return
         s, r = plain_array(sendbuf, False), plain_array(recvbuf, True)
-        if _again_arrays(n, "alltoall", sendbuf, recvbuf, s, r, _MOVED):
-            return
         args = self._alltoall(sendbuf, recvbuf, "Alltoall")
         if not _keep(n, calls.alltoall, args, s, r, _MOVED):
             n.alltoall(*args)
@@ -415,14 +416,13 @@ class Collectives:
         """Combine every process's ``sendbuf`` with ``op``; every process gets the result."""
         n = self._native
         key = _OP_KEYS.get(id(op))
-        if key is not None and not hooks.observing and n._again("allreduce", sendbuf, recvbuf,
-                                                                key, None):
+        if key is not None and not hooks.observing and (
+                n._again("allreduce", sendbuf, recvbuf, key, None) if type(recvbuf) is np.ndarray
+                else _again_specs(n, "allreduce", sendbuf, recvbuf, key)):
             return
         fast = _plain_reduction(sendbuf, recvbuf, op)
         if fast is None:
             n.allreduce(*self._allreduce(sendbuf, recvbuf, op, "Allreduce"))
-        elif _again_arrays(n, "allreduce", sendbuf, recvbuf, fast[0], fast[1], key):
-            return
         elif not _keep(n, calls.allreduce, fast, fast[0], fast[1], _op_key(op)):
             n.allreduce(*fast)  # the user's own arrays: the native repeat path can see them
 
@@ -451,12 +451,12 @@ class Collectives:
         """Reduce ``sendbuf`` (one block per process) and give rank i block i."""
         n = self._native
         key = _OP_KEYS.get(id(op))
-        if key is not None and not hooks.observing and n._again(
-                "reduce_scatter_block", sendbuf, recvbuf, key, None):
+        if key is not None and not hooks.observing and (
+                n._again("reduce_scatter_block", sendbuf, recvbuf, key, None)
+                if type(recvbuf) is np.ndarray
+                else _again_specs(n, "reduce_scatter_block", sendbuf, recvbuf, key)):
             return
         s, r = plain_array(sendbuf, False), plain_array(recvbuf, True)
-        if _again_arrays(n, "reduce_scatter_block", sendbuf, recvbuf, s, r, key):
-            return
         sb, rb, o = self._reduce_scatter_block(sendbuf, recvbuf, op, "Reduce_scatter_block")
         if sb is IN_PLACE or not _keep(n, calls.reduce_scatter, (sb, rb, None, o), s, r,
                                        _op_key(op)):
