@@ -68,7 +68,9 @@ def _started(native: ringworld.Request[Any]) -> Request:
 # calls (the tracer) every call goes through the native methods instead, so it sees them all.
 
 _MOVED = AdapterKey("MPI", True)  # Allgather, Alltoall: byte views, as the checked path passes
-_ROOT_KEYS: dict[int, AdapterKey] = {}  # Bcast's, per root (the root is part of the shape)
+# Bcast's, per root (part of the shape); not raw: the shared windows' broadcast moves bytes
+# whatever the array's dtype (its ranks agree on the size and root alone), so it needs no views
+_ROOT_KEYS: dict[int, AdapterKey] = {}
 _OP_KEYS: dict[int, AdapterKey] = {}  # a reduction's, per predefined MPI.Op (by id: they live
 #                                       as long as the module, and MPI.Op is unhashable)
 
@@ -79,7 +81,7 @@ def _root_key(root: Any) -> AdapterKey | None:
         return None
     key = _ROOT_KEYS.get(root)
     if key is None and len(_ROOT_KEYS) < 4096:  # (roots are ranks: a few)
-        key = _ROOT_KEYS[root] = AdapterKey(("root", root), True)
+        key = _ROOT_KEYS[root] = AdapterKey(("root", root), False)
     return key
 
 
