@@ -1,6 +1,7 @@
-"""Small shared-memory broadcasts through the root's eager ring (``Arena.eager_bcast``): the
-root returns once its data is in the ring, up to EAGER_RING broadcasts ahead of the slowest
-rank; every rank still gets every broadcast, in order, and disagreements still fail.
+"""Shared-memory broadcasts of up to EAGER_MAX bytes through the root's eager ring
+(``Arena.eager_bcast``): the root returns once its data is in the ring, up to EAGER_RING
+broadcasts ahead of the slowest rank; every rank still gets every broadcast, in order, and
+disagreements still fail.
 
 Ranks are forked (``run_processes``); each checks every element of every broadcast itself and
 returns what it found wrong."""
@@ -32,11 +33,13 @@ def _many_job(comm: ringworld.Communicator, calls: int, slow: int) -> list[str]:
     dtypes = [np.float64, np.int32, np.uint8, np.complex64, np.float16, np.bool_]
     for k in range(calls):
         dtype = dtypes[k % len(dtypes)]
-        n = [0, 1, 3, 1000, shm.SMALL // np.dtype(dtype).itemsize][k % 5]
+        item = np.dtype(dtype).itemsize
+        n = [0, 1, 3, 1000, shm.SMALL // item, shm.EAGER_MAX // item,
+             shm.EAGER_MAX // item - 7][k % 7]
         root = (k // 3) % comm.size
         want = _data(k, root, n, dtype)
         buf = want.copy() if comm.rank == root else np.zeros(n, dtype)
-        if comm.rank == slow and k % 7 == 0:
+        if comm.rank == slow and k % 5 == 0:  # (sizes cycle by 7: it hits them all)
             time.sleep(0.02)
         comm.bcast(buf, root=root)
         if comm.last_algorithm != "shm":

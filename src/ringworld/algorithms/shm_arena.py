@@ -43,9 +43,11 @@ RACE_FIRST, RACE_LAST = 4, 256  # calls between tries (growing while the tried p
 # of the time (np=2 alltoall at 16-64 MiB, where the windows took 2x the direct path's time:
 # 10 of 165 calls on the windows with plain doubling up to 64, a 6% loss; now 4)
 RACE_COST = 0.02
-# small broadcasts go through a ring of this many entries (SMALL bytes each) in the root's
-# window, without a sync: the root returns once its data is in the ring (see Arena.eager_bcast)
+# broadcasts of up to EAGER_MAX bytes go through a ring of this many entries (EAGER_MAX bytes
+# each) in the root's window, without a sync: the root returns once its data is in the ring
+# (see Arena.eager_bcast)
 EAGER_RING = 8
+EAGER_MAX = 64 << 10
 EAGER_DONE = 23  # header word: the eager broadcasts this rank has finished
 EAGER_STAMP = 32  # header words 32 ..: per ring entry, (broadcast number << 32) | its signature
 SEQ_WORD = 2  # header words 2, 3: by sync parity, the number of the call that made the sync
@@ -108,7 +110,7 @@ class Arena:
         self.policy = policy
         base = HEADER + 2 * SMALL
         span = chunk + PAGE  # an area: a chunk, placed at any offset within a page
-        views = comm.map_shared(base + 2 * span + EAGER_RING * SMALL, "arena", barrier)
+        views = comm.map_shared(base + 2 * span + EAGER_RING * EAGER_MAX, "arena", barrier)
         # word 0: the sync counter; words 8..11: two call signatures (bytes, kind) by parity;
         # words 12, 13: where in area 0 / 1 the data starts (see place()); words 24, 25: the
         # buffers peers may read directly (see publish()); word 26: the direct-read verdict;
@@ -124,7 +126,7 @@ class Arena:
         self._areas = [(np.frombuffer(v, dtype=np.uint8, count=span, offset=base),
                         np.frombuffer(v, dtype=np.uint8, count=span, offset=base + span))
                        for v in views]
-        self._ring = [np.frombuffer(v, dtype=np.uint8, count=EAGER_RING * SMALL,
+        self._ring = [np.frombuffer(v, dtype=np.uint8, count=EAGER_RING * EAGER_MAX,
                                     offset=base + 2 * span) for v in views]
         self._ring_cache: dict[tuple[int, int, np.dtype[Any], int], Array] = {}
         self._others = [v for i, v in enumerate(self._ctr) if i != comm.rank]
@@ -438,7 +440,7 @@ class Arena:
                     + ", ".join(f"rank {i}: #{c[sq]}" for i, c in enumerate(self._ctr)))
 
     def eager_bcast(self, buf: Array, root: int) -> None:
-        """Broadcast ``buf`` (at most SMALL bytes) through ``root``'s ring, without a sync.
+        """Broadcast ``buf`` (at most EAGER_MAX bytes) through ``root``'s ring, without a sync.
 
         Broadcast number s (counted alike on every rank) uses entry s % EAGER_RING of the
         root's ring. The root waits until every rank has finished broadcast s - EAGER_RING
@@ -530,7 +532,7 @@ class Arena:
         if view is None:
             if len(self._ring_cache) > 1024:
                 self._ring_cache.clear()
-            lo = e * SMALL
+            lo = e * EAGER_MAX
             view = self._ring_cache[key] = self._ring[rank][lo : lo + like.nbytes].view(
                 like.dtype)
         return view

@@ -3,7 +3,7 @@
 Each rank of the communicator owns a window (mapped by all, see ``map_shared``)::
 
     [ counter (own cache line) | pad to 4 KiB | slot 0, slot 1 (SMALL each) | area 0 | area 1
-      | eager broadcast ring (EAGER_RING entries of SMALL) ]
+      | eager broadcast ring (EAGER_RING entries of EAGER_MAX) ]
 
 A *sync* is a flag barrier: a rank stores its epoch in its counter and waits until every
 counter has reached it (x86 stores become visible in program order, so data written before
@@ -60,6 +60,7 @@ import numpy as np
 
 from ringworld.algorithms.schedule import blocks
 from ringworld.algorithms.shm_arena import (
+    EAGER_MAX,
     EAGER_RING,
     MAX_RANKS,
     RACE_ALLGATHER,
@@ -75,9 +76,9 @@ from ringworld.algorithms.shm_policy import CHUNK, DIRECT, RACED, SMALL, Policy
 from ringworld.comm.ops import Op
 from ringworld.errors import MismatchError
 
-__all__ = ["CHUNK", "DIRECT", "EAGER_RING", "MAX_RANKS", "RACED", "RACE_COST", "RACE_LAST",
-           "RACE_TRY", "RUN", "SMALL", "Arena", "Policy", "_Race", "allgather", "allreduce",
-           "alltoall", "barrier", "bcast", "reduce", "reduce_scatter_block"]
+__all__ = ["CHUNK", "DIRECT", "EAGER_MAX", "EAGER_RING", "MAX_RANKS", "RACED", "RACE_COST",
+           "RACE_LAST", "RACE_TRY", "RUN", "SMALL", "Arena", "Policy", "_Race", "allgather",
+           "allreduce", "alltoall", "barrier", "bcast", "reduce", "reduce_scatter_block"]
 
 Array = np.ndarray[Any, Any]
 
@@ -268,7 +269,7 @@ def bcast(a: Arena, send: Array, buf: Array, op: Op | None, root: int) -> None:
     """Broadcast ``buf`` (``send`` is the same array): small ones through the root's eager
     ring (no sync), large ones by direct copies or streamed through the root's window."""
     r = a.chan.rank
-    if buf.nbytes <= SMALL:
+    if buf.nbytes <= EAGER_MAX:
         a.eager_bcast(buf if buf.ndim == 1 else buf.reshape(-1), root)
         return
     if a.direct and buf.nbytes >= a.direct_min["bcast"]:
