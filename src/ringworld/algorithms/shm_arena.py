@@ -47,7 +47,7 @@ RACE_COST = 0.02
 # each) in the root's window, without a sync: the root returns once its data is in the ring
 # (see Arena.eager_bcast)
 EAGER_RING = 8
-EAGER_MAX = 64 << 10
+EAGER_MAX = 256 << 10  # = the streamed path's piece: beyond one piece, streaming overlaps
 EAGER_DONE = 23  # header word: the eager broadcasts this rank has finished
 EAGER_STAMP = 32  # header words 32 ..: per ring entry, (broadcast number << 32) | its signature
 SEQ_WORD = 2  # header words 2, 3: by sync parity, the number of the call that made the sync
