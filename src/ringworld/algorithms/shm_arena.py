@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ringworld.algorithms.shm_policy import CHUNK, DIRECT, RACED, SMALL, Policy
+from ringworld.algorithms.shm_policy import CHUNK, DIRECT, EAGER_MAX, RACED, SMALL, Policy
 from ringworld.errors import CommBroken, CommError, MismatchError, PeerFailure, TransportError
 
 if TYPE_CHECKING:
@@ -47,7 +47,6 @@ RACE_COST = 0.02
 # each) in the root's window, without a sync: the root returns once its data is in the ring
 # (see Arena.eager_bcast)
 EAGER_RING = 8
-EAGER_MAX = 256 << 10  # = the streamed path's piece: beyond one piece, streaming overlaps
 EAGER_DONE = 23  # header word: the eager broadcasts this rank has finished
 EAGER_STAMP = 32  # header words 32 ..: per ring entry, (broadcast number << 32) | its signature
 SEQ_WORD = 2  # header words 2, 3: by sync parity, the number of the call that made the sync

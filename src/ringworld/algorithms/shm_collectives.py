@@ -60,7 +60,6 @@ import numpy as np
 
 from ringworld.algorithms.schedule import blocks
 from ringworld.algorithms.shm_arena import (
-    EAGER_MAX,
     EAGER_RING,
     MAX_RANKS,
     RACE_ALLGATHER,
@@ -72,7 +71,7 @@ from ringworld.algorithms.shm_arena import (
     Arena,
     _Race,
 )
-from ringworld.algorithms.shm_policy import CHUNK, DIRECT, RACED, SMALL, Policy
+from ringworld.algorithms.shm_policy import CHUNK, DIRECT, EAGER_MAX, RACED, SMALL, Policy
 from ringworld.comm.ops import Op
 from ringworld.errors import MismatchError
 

@@ -5,8 +5,8 @@ their windows or, from some size on, read and write their peers' buffers directl
 copy instead of two); between two sizes they race the two paths and keep the faster. Where
 those sizes lie is a tuning decision: the values, with the measurements behind them, are
 :data:`ringworld.tuning.shm_paths.DEFAULT`, and the arena is handed a :class:`Policy` (tests
-hand it their own). ``SMALL`` and ``CHUNK`` are the windows' layout, which the cost model
-shares.
+hand it their own). ``SMALL``, ``EAGER_MAX`` and ``CHUNK`` are the windows' layout, which the
+cost model shares.
 """
 
 from __future__ import annotations
@@ -17,6 +17,10 @@ from dataclasses import dataclass, field
 
 #: bytes per rank that take the one-sync small path (each rank's slot holds this much)
 SMALL = 16384
+#: bytes a broadcast may take through the root's eager ring (each of its entries holds this
+#: much: EAGER_RING of them, see ``Arena.eager_bcast``): larger ones are streamed, and this is
+#: one piece of that stream, so beyond it the stream's copies overlap
+EAGER_MAX = 256 << 10
 #: bytes of a window area: larger transfers go through the windows a chunk at a time
 CHUNK = 2 << 20
 #: the collectives that have a direct path, and the ones among them whose paths may race

@@ -18,7 +18,7 @@ import math
 from collections.abc import Callable
 from typing import NamedTuple
 
-from ringworld.algorithms.shm_policy import CHUNK, SMALL
+from ringworld.algorithms.shm_policy import CHUNK, EAGER_MAX, SMALL
 from ringworld.tuning import shm_paths
 
 
@@ -183,10 +183,11 @@ SHM_SMALL = SMALL
 
 def _shm(sync_per_chunk: int, copied: float, reduced: float, per_rank: bool = False,
          small: bool = False, all_blocks: bool = False, own: float = 0.0,
-         per_p: float = 0.0) -> Model:
+         per_p: float = 0.0, small_max: int = SMALL) -> Model:
     """A shared-memory algorithm: syncs per chunk, bytes copied and reduced per byte of n.
 
-    ``small``: messages of at most SHM_SMALL bytes take one sync (and every rank reduces all
+    ``small``: messages of at most ``small_max`` bytes (SHM_SMALL; a bcast's eager ring
+    takes EAGER_MAX) take one sync (and every rank reduces all
     p inputs itself); ``all_blocks``: the send buffer holds p blocks of n (alltoall,
     reduce_scatter), so that is what must fit; ``own``: further copies per byte of n whatever
     p (allgather copies its block in and to its own place, then the p-1 others out);
@@ -194,7 +195,7 @@ def _shm(sync_per_chunk: int, copied: float, reduced: float, per_rank: bool = Fa
     1/p result out and the (p-1)/p of the others' results back: 2 - 1/p, not 2).
     """
     def m(p: int, n: float, seg: int) -> Work:
-        if small and (n * p if all_blocks else n) <= SHM_SMALL:
+        if small and (n * p if all_blocks else n) <= small_max:
             return Work(0, 0, 0, reduced * n * (p - 1), copied * n * (p if per_rank else 1),
                         syncs=1)
         total = n * p if per_rank else n
@@ -265,7 +266,7 @@ def _shm_models(crowded: bool) -> dict[str, Model]:
         "barrier": lambda p, n, s: Work(0, 0, 0, syncs=1),
         "allreduce": _direct("allreduce", _shm(2, 2.0, 1.0, small=True, per_p=-1.0), crowded),
         "reduce": _shm(2, 1.5, 1.0, small=True),
-        "bcast": _direct("bcast", _shm(1, 1.0, 0.0, small=True), crowded),
+        "bcast": _direct("bcast", _shm(1, 1.0, 0.0, small=True, small_max=EAGER_MAX), crowded),
         "allgather": _direct("allgather", _shm(1, 1.0, 0.0, per_rank=True, small=True,
                                                own=2.0), crowded),
         "reduce_scatter_block": _direct("reduce_scatter_block", _shm(
