@@ -27,6 +27,7 @@ from ringworld.algorithms import shm_collectives as shm_algorithms
 from ringworld.algorithms.registry import REGISTRY
 from ringworld.comm import ops
 from ringworld.tuning.cost import SHM_MODELS
+from ringworld.tuning.shm_paths import DEFAULT
 
 Array = np.ndarray[Any, Any]
 
@@ -38,10 +39,9 @@ LARGE_VEC = 300_000
 #: Elements per rank block of a large blocked case (int64: 160 KB > 128 KiB eager limit).
 LARGE_BLOCK = 20_000
 P_AFF = 1_000_003  # prime modulus of the affine-map op
-#: The shared-memory algorithm ("shm": blocking calls over the shm transport only): its slot
-#: limit (bytes per rank) and chunk (bytes).
+#: The shared-memory algorithm ("shm": blocking calls over the shm transport only) and its
+#: chunk (bytes); its slots' limits are the default policy's (``Policy.small``).
 SHM = "shm"
-SHM_SMALL = shm_algorithms.SMALL
 SHM_CHUNK = shm_algorithms.CHUNK
 
 I64 = np.dtype(np.int64)
@@ -329,9 +329,9 @@ def shm_counts(coll: str, p: int) -> list[int]:
     """Counts for the shm algorithm: both sides of the slot limit, one area chunk, and more
     than one chunk (where a rank's buffers stay reasonable)."""
     i64 = I64.itemsize
-    small = SHM_SMALL // i64
-    if coll in ("alltoall", "reduce_scatter_block"):  # chunks of CHUNK/p per block
-        return [0, 1, p + 1, LARGE_BLOCK, SHM_CHUNK // i64 // p + 7]
+    small = int(DEFAULT.small(coll, p)) // i64  # (elements of the vector or send buffer)
+    if coll in ("alltoall", "reduce_scatter_block"):  # slots of p blocks, chunks of CHUNK/p
+        return [0, 1, p + 1, small // p, small // p + 1, LARGE_BLOCK, SHM_CHUNK // i64 // p + 7]
     if coll == "allgather":  # chunks over the per-rank block
         return [0, 1, p + 1, small, small + 1, LARGE_BLOCK] + (
             [SHM_CHUNK // i64 + 3] if p <= 4 else [])

@@ -22,7 +22,9 @@ from ringworld.tuning.shm_paths import DEFAULT
 
 
 def _raced_from(nbytes: int, **more: Any) -> shm.Policy:
-    """The default policy, with every raced collective raced from ``nbytes``."""
+    """The default policy, with every raced collective raced from ``nbytes`` (and the slots
+    taken only up to SMALL: their size reaches past the buffers raced here)."""
+    more.setdefault("slot_max", shm.SMALL)
     return dataclasses.replace(DEFAULT, race_min=dict.fromkeys(shm.RACED, nbytes), **more)
 
 

@@ -119,7 +119,8 @@ def _direct(comm: ringworld.Communicator, policy: Policy) -> list[str]:
 def test_direct_reads(size: int, monkeypatch: pytest.MonkeyPatch) -> None:
     # every direct path from 4 KiB, also where ranks share cores (3 and 5 do here)
     low = dict.fromkeys(DIRECT, 4096)
-    policy = Policy(direct=low, direct_crowded=low, race=False)
+    # and the slots only up to SMALL (their size reaches past these buffers)
+    policy = Policy(direct=low, direct_crowded=low, race=False, slot_max=shm.SMALL)
     monkeypatch.setattr(shm, "GATHER_WHOLE", 4096)  # blocks of 40 KB go in 10 uneven pieces
     monkeypatch.setattr(shm, "GATHER_PIECE", 4100)  # (inherited by the forked ranks)
     results = run_processes(size, _direct, policy, transport="shm", timeout=60)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -106,12 +107,21 @@ def test_small_broadcasts_take_shared_memory() -> None:
 def test_shared_memory_model_follows_the_algorithms_sizes() -> None:
     from ringworld.algorithms import shm_collectives as shm
     from ringworld.tuning import shm_paths
-    from ringworld.tuning.cost import SHM_CHUNK, SHM_DIRECT, SHM_RACE, SHM_RACE_MAX, SHM_SMALL
+    from ringworld.tuning.cost import SHM_CHUNK, SHM_DIRECT, SHM_RACE, SHM_RACE_MAX, SHM_SLOT
 
-    assert (SHM_CHUNK, SHM_SMALL) == (shm.CHUNK, shm.SMALL)
+    assert (SHM_CHUNK, SHM_SLOT) == (shm.CHUNK, shm.SLOT)
     # the model predicts the policy every communicator's arena is handed by default
     policy = Selector(constants.DEFAULTS).shm_policy
     assert policy is shm_paths.DEFAULT
+    # the slots: copies up to their size; an allreduce while p vectors fit COMBINE_ALL, and
+    # SMALL at any p; a policy may take less of them, never more
+    assert policy.small("alltoall", 64) == policy.small("allgather", 2) == shm.SLOT
+    assert policy.small("allreduce", 2) == shm.SLOT and policy.small("reduce", 4) == shm.SLOT / 2
+    assert policy.small("allreduce", 200) == shm.SMALL
+    assert policy.small("bcast", 3) == shm.EAGER_MAX  # the eager ring's, not the slots'
+    low = dataclasses.replace(policy, slot_max=1000)
+    assert low.small("allgather", 2) == low.small("allreduce", 2) == 1000
+    assert dataclasses.replace(policy, slot_max=1 << 30).small("alltoall", 2) == shm.SLOT
     assert dict(policy.direct) == SHM_DIRECT and set(SHM_DIRECT) == set(shm.DIRECT)
     assert dict(policy.race_min) == SHM_RACE and policy.race_max == SHM_RACE_MAX
     # from the direct-read size on (or where the paths race), bytes move by kernel reads
@@ -122,6 +132,13 @@ def test_shared_memory_model_follows_the_algorithms_sizes() -> None:
         n = size // 2 if coll == "alltoall" else size  # alltoall: the send buffer of 2 ranks
         m = model(coll, "shm")
         assert m is not None
+        # calls that fit the slots take them (one sync) whatever the policy: the direct path
+        # starts past them (the slots hold the send buffer's 2 blocks of n where it has them)
+        per_n = 2 if coll in ("alltoall", "reduce_scatter_block") else 1
+        slots = int(policy.small(coll, 2)) // per_n
+        if n <= slots:
+            assert m(2, n, 0).read == 0 and m(2, n, 0).syncs == 1, coll
+            n = slots + 64
         below, at = m(2, n - 64, 0), m(2, n, 0)
         assert below.read == 0 and below.moved == 0 and at.read >= n / 2, (coll, below, at)
         if coll in SHM_RACE:  # raced: the faster of the direct reads and the windows

@@ -21,7 +21,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ringworld.algorithms.shm_policy import CHUNK, DIRECT, EAGER_MAX, RACED, SMALL, Policy
+from ringworld.algorithms.shm_policy import (
+    CHUNK,
+    DIRECT,
+    EAGER_MAX,
+    RACED,
+    SLOT,
+    Policy,
+)
 from ringworld.errors import CommBroken, CommError, MismatchError, PeerFailure, TransportError
 
 if TYPE_CHECKING:
@@ -99,6 +106,8 @@ class Arena:
         "direct_min",
         "pieces",
         "policy",
+        "small",
+        "small_reduce",
         "timeout",
     )
 
@@ -107,7 +116,12 @@ class Arena:
         self.chan = comm
         self.chunk = chunk
         self.policy = policy
-        base = HEADER + 2 * SMALL
+        # bytes up to which calls take the slots: copies (allgather's block, alltoall's and
+        # reduce_scatter_block's send buffer), and an allreduce or reduce (each rank combines
+        # all p inputs)
+        self.small = policy.small("allgather", comm.size)
+        self.small_reduce = policy.small("allreduce", comm.size)
+        base = HEADER + 2 * SLOT
         span = chunk + PAGE  # an area: a chunk, placed at any offset within a page
         views = comm.map_shared(base + 2 * span + EAGER_RING * EAGER_MAX, "arena", barrier)
         # word 0: the sync counter; words 8..11: two call signatures (bytes, kind) by parity;
@@ -118,8 +132,8 @@ class Arena:
         # memoryviews: indexing one gives a plain int, the cheapest read in a spin loop
         self._ctr = [v[:HEADER].cast("q") for v in views]
         self._mine = self._ctr[comm.rank]
-        self._slots = [(np.frombuffer(v, dtype=np.uint8, count=SMALL, offset=HEADER),
-                        np.frombuffer(v, dtype=np.uint8, count=SMALL, offset=HEADER + SMALL))
+        self._slots = [(np.frombuffer(v, dtype=np.uint8, count=SLOT, offset=HEADER),
+                        np.frombuffer(v, dtype=np.uint8, count=SLOT, offset=HEADER + SLOT))
                        for v in views]
         self._slot_cache: dict[tuple[int, np.dtype[Any], int], list[Array]] = {}
         self._areas = [(np.frombuffer(v, dtype=np.uint8, count=span, offset=base),

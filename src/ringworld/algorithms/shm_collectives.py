@@ -2,7 +2,7 @@
 
 Each rank of the communicator owns a window (mapped by all, see ``map_shared``)::
 
-    [ counter (own cache line) | pad to 4 KiB | slot 0, slot 1 (SMALL each) | area 0 | area 1
+    [ counter (own cache line) | pad to 4 KiB | slot 0, slot 1 (SLOT each) | area 0 | area 1
       | eager broadcast ring (EAGER_RING entries of EAGER_MAX) ]
 
 A *sync* is a flag barrier: a rank stores its epoch in its counter and waits until every
@@ -40,9 +40,11 @@ idle, writes the first 1/p of the data into every other rank's buffer while they
 Other broadcasts stream (see ``_stream``): the root fills a ring of pieces while the others
 empty it.
 
-Small messages (at most SMALL bytes per rank) take one sync: every rank writes its data into
-slot ``epoch % 2``, syncs, and reads what it needs from everyone's slot; a rank reusing a slot
-two syncs later knows everyone has passed the sync in between, so has finished reading it.
+Small and medium messages take one sync (data up to a slot, SLOT bytes; an allreduce's or
+reduce's vector while p of them are at most COMBINE_ALL: ``Policy.small``): every rank writes
+its data into slot ``epoch % 2``, syncs, and reads what it needs from everyone's slot; a rank
+reusing a slot two syncs later knows everyone has passed the sync in between, so has finished
+reading it.
 Allreduce then has every rank combine all p inputs in rank order (same operands, same order:
 identical results); a barrier is just a sync. Small broadcasts take no sync at all: the root
 stamps its data into a ring in its window and returns, the others copy it out when they get
@@ -71,13 +73,22 @@ from ringworld.algorithms.shm_arena import (
     Arena,
     _Race,
 )
-from ringworld.algorithms.shm_policy import CHUNK, DIRECT, EAGER_MAX, RACED, SMALL, Policy
+from ringworld.algorithms.shm_policy import (
+    CHUNK,
+    DIRECT,
+    EAGER_MAX,
+    RACED,
+    SLOT,
+    SMALL,
+    Policy,
+)
 from ringworld.comm.ops import Op
 from ringworld.errors import MismatchError
 
 __all__ = ["CHUNK", "DIRECT", "EAGER_MAX", "EAGER_RING", "MAX_RANKS", "RACED", "RACE_COST",
-           "RACE_LAST", "RACE_TRY", "RUN", "SMALL", "Arena", "Policy", "_Race", "allgather",
-           "allreduce", "alltoall", "barrier", "bcast", "reduce", "reduce_scatter_block"]
+           "RACE_LAST", "RACE_TRY", "RUN", "SLOT", "SMALL", "Arena", "Policy", "_Race",
+           "allgather", "allreduce", "alltoall", "barrier", "bcast", "reduce",
+           "reduce_scatter_block"]
 
 Array = np.ndarray[Any, Any]
 
@@ -124,7 +135,7 @@ def allreduce(a: Arena, send: Array, recv: Array, op: Op, root: int = 0) -> None
     """Allreduce through shared memory (rank-ordered, bitwise identical on all ranks)."""
     p, r = a.chan.size, a.chan.rank
     dt = recv.dtype
-    if recv.nbytes <= SMALL:  # one sync; every rank combines all inputs in rank order
+    if recv.nbytes <= a.small_reduce:  # one sync; every rank combines all in rank order
         slot = a.slots(a.next_parity(), dt, recv.size)
         slot[r][...] = send
         a.sync()
@@ -235,7 +246,7 @@ def reduce(a: Arena, send: Array, recv: Array, op: Op, root: int) -> None:
     vector in one sync, the root combining every rank's copy in rank order)."""
     p, r = a.chan.size, a.chan.rank
     dt = send.dtype
-    if send.nbytes <= SMALL:
+    if send.nbytes <= a.small_reduce:
         slot = a.slots(a.next_parity(), dt, send.size)
         slot[r][...] = send
         a.sync()
@@ -386,7 +397,7 @@ def allgather(a: Arena, send: Array, recv: Array, op: Op | None = None, root: in
     p, r = a.chan.size, a.chan.rank
     dt = recv.dtype
     n = send.size
-    if send.nbytes <= SMALL:
+    if send.nbytes <= a.small:
         sl = a.slots(a.next_parity(), dt, n)
         sl[r][...] = send
         a.sync()
@@ -432,7 +443,7 @@ def reduce_scatter_block(a: Arena, send: Array, recv: Array, op: Op, root: int =
     p, r = a.chan.size, a.chan.rank
     dt = recv.dtype
     n = recv.size
-    if send.nbytes <= SMALL:  # one sync; each rank combines its block of all, in rank order
+    if send.nbytes <= a.small:  # one sync; each rank combines its block of all, in rank order
         slot = a.slots(a.next_parity(), dt, p * n)
         slot[r][...] = send
         a.sync()
@@ -463,7 +474,7 @@ def alltoall(a: Arena, send: Array, recv: Array, op: Op | None = None, root: int
     p, r = a.chan.size, a.chan.rank
     dt = recv.dtype
     n = recv.size // p
-    if send.nbytes <= SMALL:  # one sync through the slots
+    if send.nbytes <= a.small:  # one sync through the slots
         slot = a.slots(a.next_parity(), dt, p * n)
         slot[r][...] = send
         a.sync()

@@ -5,7 +5,7 @@ their windows or, from some size on, read and write their peers' buffers directl
 copy instead of two); between two sizes they race the two paths and keep the faster. Where
 those sizes lie is a tuning decision: the values, with the measurements behind them, are
 :data:`ringworld.tuning.shm_paths.DEFAULT`, and the arena is handed a :class:`Policy` (tests
-hand it their own). ``SMALL``, ``EAGER_MAX`` and ``CHUNK`` are the windows' layout, which the
+hand it their own). ``SLOT``, ``EAGER_MAX`` and ``CHUNK`` are the windows' layout, which the
 cost model shares.
 """
 
@@ -15,7 +15,20 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-#: bytes per rank that take the one-sync small path (each rank's slot holds this much)
+#: bytes of each of a rank's two small slots: a call whose data fit takes one sync through them
+#: (allgather: its block; alltoall and reduce_scatter_block: the send buffer; allreduce and
+#: reduce: see :meth:`Policy.small`). Two syncs through the windows cost more than the copies
+#: up to here: np=2, same runs, allgather 64 KiB blocks 7.6-9.2 us against 13.8-16.1, 256 KiB
+#: 20-22 against 31-34 (raced), alltoall 256 KiB (128 KiB blocks) 14-17 against 21-22; np=4 on
+#: 2 cores, allgather 32 KiB blocks 38-40 us against 70, alltoall 128 KiB 45-52 against 81-96
+SLOT = 256 << 10
+#: an allreduce or reduce takes the slots while p times its vector is at most this, and up to
+#: SMALL whatever p: every rank (the root) then combines all p inputs itself, where the windows
+#: share that out at the price of a second sync. np=2, same runs: 32 KiB 6-7 us against 15-16,
+#: 128 KiB 13 against 18-28, 256 KiB 19-21 against 26-41; np=4 on 2 cores, 128 KiB 59-81
+#: against 112-133; np=8 on 2 cores, 32 KiB 142 against 513 (64 KiB is the rule's limit there)
+COMBINE_ALL = 512 << 10
+#: an allreduce or reduce of up to this many bytes takes the slots at any number of ranks
 SMALL = 16384
 #: bytes a broadcast may take through the root's eager ring (each of its entries holds this
 #: much: EAGER_RING of them, see ``Arena.eager_bcast``): larger ones are streamed, and this is
@@ -34,15 +47,17 @@ class Policy:
     allgather and reduce_scatter_block, of the send buffer for alltoall) from which each
     collective of :data:`DIRECT` takes the direct path, where ranks have cores of their own
     (``direct``) and where they share them (``direct_crowded``; a collective missing there
-    uses ``direct``; ``math.inf``: never); and the sizes between which the two paths race
+    uses ``direct``; ``math.inf``: never); the sizes between which the two paths race
     (``race_min`` up to ``race_max``, exclusive; never where ranks share cores, nor with
-    ``race`` off)."""
+    ``race`` off); and ``slot_max``, the bytes up to which calls take the one-sync slots
+    before any of that (at most SLOT, their size; see :meth:`small`)."""
 
     direct: Mapping[str, float]
     direct_crowded: Mapping[str, float] = field(default_factory=dict)
     race_min: Mapping[str, float] = field(default_factory=dict)
     race_max: float = 0.0
     race: bool = True
+    slot_max: float = SLOT
 
     def __post_init__(self) -> None:
         for name, table in (("direct", self.direct), ("direct_crowded", self.direct_crowded),
@@ -59,6 +74,18 @@ class Policy:
         if crowded:
             return self.direct_crowded.get(collective, self.direct[collective])
         return self.direct[collective]
+
+    def small(self, collective: str, p: int) -> float:
+        """Bytes up to which a call of ``collective`` on ``p`` ranks takes the one-sync slots:
+        of the vector for allreduce and reduce (while p of them are at most COMBINE_ALL, and up
+        to SMALL whatever p), of one block for allgather, of the send buffer for alltoall and
+        reduce_scatter_block; a bcast takes the eager ring, no sync, up to EAGER_MAX."""
+        if collective == "bcast":
+            return EAGER_MAX
+        cap = min(self.slot_max, SLOT)
+        if collective in ("allreduce", "reduce"):
+            return min(cap, max(SMALL, COMBINE_ALL // max(1, p)))
+        return cap
 
     def races(self, collective: str, nbytes: int, crowded: bool) -> bool:
         """Whether a call of ``nbytes`` races the two paths rather than take the threshold's."""

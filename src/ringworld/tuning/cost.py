@@ -18,7 +18,7 @@ import math
 from collections.abc import Callable
 from typing import NamedTuple
 
-from ringworld.algorithms.shm_policy import CHUNK, EAGER_MAX, SMALL
+from ringworld.algorithms.shm_policy import CHUNK, SLOT
 from ringworld.tuning import shm_paths
 
 
@@ -178,24 +178,25 @@ MODELS: dict[str, dict[str, Model]] = {
     },
 }
 SHM_CHUNK = CHUNK  # the shared-memory windows' layout (algorithms.shm_policy)
-SHM_SMALL = SMALL
+SHM_SLOT = SLOT
 
 
 def _shm(sync_per_chunk: int, copied: float, reduced: float, per_rank: bool = False,
-         small: bool = False, all_blocks: bool = False, own: float = 0.0,
-         per_p: float = 0.0, small_max: int = SMALL) -> Model:
+         small: Callable[[int], float] | None = None, all_blocks: bool = False, own: float = 0.0,
+         per_p: float = 0.0) -> Model:
     """A shared-memory algorithm: syncs per chunk, bytes copied and reduced per byte of n.
 
-    ``small``: messages of at most ``small_max`` bytes (SHM_SMALL; a bcast's eager ring
-    takes EAGER_MAX) take one sync (and every rank reduces all
-    p inputs itself); ``all_blocks``: the send buffer holds p blocks of n (alltoall,
-    reduce_scatter), so that is what must fit; ``own``: further copies per byte of n whatever
-    p (allgather copies its block in and to its own place, then the p-1 others out);
+    ``small``: on p ranks, messages of at most ``small(p)`` bytes (the slots' limit,
+    ``Policy.small``; a bcast's: its eager ring's) take one sync (and every
+    rank reduces all p inputs itself); ``all_blocks``: the send buffer holds p blocks of n
+    (alltoall, reduce_scatter), so that is what must fit; ``own``: further copies per byte
+    of n whatever p (allgather copies its block in and to its own place, then the p-1 others
+    out);
     ``per_p``: further copies per byte of n / p (allreduce copies (p-1)/p of its input in, its
     1/p result out and the (p-1)/p of the others' results back: 2 - 1/p, not 2).
     """
     def m(p: int, n: float, seg: int) -> Work:
-        if small and (n * p if all_blocks else n) <= small_max:
+        if small is not None and (n * p if all_blocks else n) <= small(p):
             return Work(0, 0, 0, reduced * n * (p - 1), copied * n * (p if per_rank else 1),
                         syncs=1)
         total = n * p if per_rank else n
@@ -226,7 +227,8 @@ SHM_COMBINE_CACHED = 2 / 3
 
 
 def _direct(collective: str, windows: Model, crowded: bool = False) -> Model:
-    """``windows`` below the direct-read size of ``collective``; above it, the direct reads:
+    """``windows`` below the direct-read size of ``collective`` or where the call fits the slots
+    (``Policy.small``); above it, the direct reads:
     allreduce reads (p-1)/p of the others' inputs and then of their results (3 syncs); bcast
     moves (p-1)/p of the vector (root writing, others reading at once); allgather writes its
     block into p-1 peers and alltoall reads p-1 blocks, and both copy their own;
@@ -238,10 +240,13 @@ def _direct(collective: str, windows: Model, crowded: bool = False) -> Model:
     if crowded:
         limit, race = SHM_DIRECT_CROWDED.get(collective, limit), math.inf
 
+    blocks = collective in ("alltoall", "reduce_scatter_block")  # the slots hold p blocks
+    slots = _slots(collective)
+
     def m(p: int, n: float, seg: int) -> Work:
         size = n * p if collective == "alltoall" else n
-        if size < min(limit, race):
-            return windows(p, n, seg)
+        if size < min(limit, race) or (n * p if blocks else n) <= slots(p):
+            return windows(p, n, seg)  # (which knows the slots)
         f = (p - 1) / p
         # the inputs read for combining are written to a cached scratch area (and combined
         # from there, as SHM_COMBINE_CACHED counts): that write stays in the cache
@@ -261,17 +266,24 @@ def _direct(collective: str, windows: Model, crowded: bool = False) -> Model:
     return m
 
 
+def _slots(collective: str) -> Callable[[int], float]:
+    """On p ranks, the bytes up to which ``collective`` takes the one-sync slots."""
+    return lambda p: shm_paths.DEFAULT.small(collective, p)
+
+
 def _shm_models(crowded: bool) -> dict[str, Model]:
     return {
         "barrier": lambda p, n, s: Work(0, 0, 0, syncs=1),
-        "allreduce": _direct("allreduce", _shm(2, 2.0, 1.0, small=True, per_p=-1.0), crowded),
-        "reduce": _shm(2, 1.5, 1.0, small=True),
-        "bcast": _direct("bcast", _shm(1, 1.0, 0.0, small=True, small_max=EAGER_MAX), crowded),
-        "allgather": _direct("allgather", _shm(1, 1.0, 0.0, per_rank=True, small=True,
-                                               own=2.0), crowded),
+        "allreduce": _direct("allreduce", _shm(2, 2.0, 1.0, small=_slots("allreduce"),
+                                               per_p=-1.0), crowded),
+        "reduce": _shm(2, 1.5, 1.0, small=_slots("reduce")),
+        "bcast": _direct("bcast", _shm(1, 1.0, 0.0, small=_slots("bcast")), crowded),
+        "allgather": _direct("allgather", _shm(1, 1.0, 0.0, per_rank=True,
+                                               small=_slots("allgather"), own=2.0), crowded),
         "reduce_scatter_block": _direct("reduce_scatter_block", _shm(
-            2, 1.0, 1.0, per_rank=True, small=True, all_blocks=True), crowded),
-        "alltoall": _direct("alltoall", _shm(2, 2.0, 0.0, per_rank=True, small=True,
+            2, 1.0, 1.0, per_rank=True, small=_slots("reduce_scatter_block"), all_blocks=True),
+            crowded),
+        "alltoall": _direct("alltoall", _shm(2, 2.0, 0.0, per_rank=True, small=_slots("alltoall"),
                                              all_blocks=True, own=1.0), crowded),
     }
 
