@@ -97,6 +97,7 @@ class Arena:
         "_sig",
         "_slot_cache",
         "_slots",
+        "_wake",
         "_what",
         "broken",
         "chan",
@@ -143,6 +144,7 @@ class Arena:
                                     offset=base + 2 * span) for v in views]
         self._ring_cache: dict[tuple[int, int, np.dtype[Any], int], Array] = {}
         self._others = [v for i, v in enumerate(self._ctr) if i != comm.rank]
+        self._wake = comm.waker()  # wakes peers asleep on their counters (see arrive)
         self._ring_done = 0  # every rank has finished the eager broadcasts up to this one
         self._bseq = 0  # eager broadcasts so far (the same on every rank)
         self._bhash = 0  # a hash of their roots and signatures, checked at every sync
@@ -365,7 +367,7 @@ class Arena:
             mine[at + 1] = sig[1] | self._bhash << 32  # and the eager broadcasts before it
         mine[SEQ_WORD + (e & 1)] = self._seq
         mine[0] = e
-        self.chan.wake_peers()
+        self._wake()
 
     def await_all(self) -> None:
         """The second half of :meth:`sync`: wait until every rank has arrived.

@@ -49,6 +49,10 @@ SHM_SLEEP_SLICE = 0.0005   # longest sleep: bounds a wake-up lost between flag a
 SHM_YIELDS = 1000         # crowded ranks: sched_yield calls between spinning and sleeping
 
 
+def _no_wake() -> None:
+    """The waker of a communicator without shared windows: nobody sleeps on a flag."""
+
+
 class Channel:
     """A communicator's collective context, call numbers and shared memory, for algorithms.
 
@@ -67,7 +71,7 @@ class Channel:
         self.coll_context = coll_context
         self.name = name
         self._coll_seq = 0
-        self._wake: tuple[Callable[[Sequence[int]], None], tuple[int, ...]] | None = None
+        self._wake: Callable[[], None] | None = None
         self._wt: Transport | None = None
         self._wt_known = False
         self._closers: dict[str, weakref.finalize[Any, Any]] = {}  # window key -> its closer
@@ -306,13 +310,18 @@ class Channel:
 
     def wake_peers(self) -> None:
         """Wake the ranks of this communicator that sleep in :meth:`spin_until`."""
+        self.waker()()
+
+    def waker(self) -> Callable[[], None]:
+        """:meth:`wake_peers` as a function of no arguments (made once: a sync's caller keeps
+        it, and saves the method calls on its per-call path)."""
         found = self._wake
         if found is None:
             t = self._window_transport()
             me = self._engine.rank
             others = tuple(w for w in self._ranks if w != me)
-            found = self._wake = (lambda ranks: None) if t is None else t.wake_all, others
-        found[0](found[1])
+            found = self._wake = _no_wake if t is None else t.waker(others)
+        return found
 
     def next_seq(self) -> int:
         """The sequence number (tag) of this rank's next collective on this communicator."""

