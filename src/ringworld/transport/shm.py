@@ -83,6 +83,8 @@ from ringworld.transport.shm_ring import (
     _tail_word,
     ctl_bytes,
     default_ring_bytes,
+    drain,
+    flag_waker,
 )
 
 __all__ = [
@@ -706,7 +708,7 @@ class ShmTransport(Transport):
             select.select(fds, [], [], timeout)
         finally:
             ctl[_W_SLEEP] = 0
-            self._drain_bell()
+            drain(self._bell)
 
     def wake_all(self, ranks: Sequence[int]) -> None:
         peers = self._peers
@@ -716,21 +718,8 @@ class ShmTransport(Transport):
                 self._ring_bell(p)
 
     def waker(self, ranks: Sequence[int]) -> Callable[[], None]:
-        """:meth:`wake_all` for ``ranks``; for one peer (np=2) it reads the peer's sleep flag
-        itself and calls nothing while the peer is awake, as it nearly always is (np=2, same
-        job: 2-3% off an 8-byte allreduce, about 0.08 us)."""
-        ranks = tuple(r for r in ranks if 0 <= r < self.size)
-        if len(ranks) != 1:
-            return super().waker(ranks)
-        rank = ranks[0]
-        wake_all = self.wake_all
-
-        def wake_one() -> None:
-            p = self._peers[rank]  # (emptied by close: no view of a closed peer is kept here)
-            if p is not None and p.ctl[_W_SLEEP]:
-                wake_all(ranks)
-
-        return wake_one
+        """:meth:`wake_all`; for a lone peer, one that reads its sleep flag first (np=2)."""
+        return flag_waker(self, ranks[0]) if len(ranks) == 1 else super().waker(ranks)
 
     knows_cpus = True
 
@@ -738,14 +727,6 @@ class ShmTransport(Transport):
         peers = self._peers
         pids = [p.pid for r in ranks if 0 <= r < self.size and (p := peers[r]) is not None]
         return self._cpus.shares_cpu(pids)
-
-    def _drain_bell(self) -> None:
-        assert self._bell is not None
-        try:
-            while True:
-                self._bell.recv(64)
-        except (BlockingIOError, InterruptedError):
-            pass
 
     def check_peers(self) -> None:
         if not self._fd_to_peer:

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import ctypes
 import mmap
+import socket
 import struct
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from ringworld.transport.base import BufferedIncoming, Incoming, OnDone, SendHandle
@@ -229,6 +230,31 @@ class _EagerIncoming(Incoming):
             b.data[:] = self.view
         b.mark_complete()
         return b
+
+
+def flag_waker(t: ShmTransport, rank: int) -> Callable[[], None]:
+    """``t.wake_all([rank])`` that reads the peer's sleep flag itself and calls nothing while
+    the peer is awake, as it nearly always is at a sync (np=2, same job: 2-3% off an 8-byte
+    allreduce, about 0.08 us). It reads ``t``'s peers afresh: close empties them, and a closed
+    peer's views are not kept here."""
+    ranks = (rank,)
+    wake_all = t.wake_all
+
+    def wake_one() -> None:
+        p = t._peers[rank] if 0 <= rank < t.size else None
+        if p is not None and p.ctl[_W_SLEEP]:
+            wake_all(ranks)
+
+    return wake_one
+
+
+def drain(bell: socket.socket | None) -> None:
+    """Read every datagram waiting on a doorbell socket (none: nothing to do)."""
+    try:
+        while bell is not None:
+            bell.recv(64)
+    except (BlockingIOError, InterruptedError):
+        pass
 
 
 class _RendezvousIncoming(Incoming):
