@@ -200,3 +200,63 @@ def test_ranks_that_count_their_cores_differently_agree_on_the_path(
                         lambda: 1 if os.environ.get("RINGWORLD_RANK") == "0" else 2)
     results = run_processes(2, _disagree, transport="shm", timeout=60)
     assert [e for errs in results for e in errs] == []
+
+
+def _shared_bcast(comm: ringworld.Communicator, slow: int) -> dict[str, Any]:
+    """Direct broadcasts on two ranks whose copying is shared out as it goes; rank ``slow``
+    dawdles before its first piece of each call, so the other must take more of the pieces."""
+    warm = np.zeros(4)
+    comm.allreduce(warm.copy(), warm)  # maps the windows
+    arena: Any = comm._arena
+    arena.crowded = False  # on both ranks alike (a crowded job splits in fixed parts)
+    pieces = {"read": 0, "write": 0}
+    first = [True]
+    read, write = shm.Arena.read, shm.Arena.write
+
+    def dawdle(kind: str) -> None:
+        pieces[kind] += 1
+        if first[0] and comm.rank == slow:
+            first[0] = False
+            time.sleep(0.05)
+
+    def reading(self: shm.Arena, rank: int, which: int, offset: int, into: Any) -> None:
+        dawdle("read")
+        read(self, rank, which, offset, into)
+
+    def writing(self: shm.Arena, rank: int, which: int, offset: int, data: Any) -> None:
+        dawdle("write")
+        write(self, rank, which, offset, data)
+
+    shm.Arena.read, shm.Arena.write = reading, writing  # type: ignore[method-assign]
+    errors: list[str] = []
+    for k, nbytes in enumerate([shm.SHARE_FROM, shm.SHARE_FROM + 77, 3 * shm.SHARE_FROM + 8]):
+        for root in (0, 1):
+            dtype = np.float64 if nbytes % 8 == 0 else np.uint8
+            n = nbytes // np.dtype(dtype).itemsize
+            want = (np.arange(n) * 7 + k * 1009 + root * 131).astype(dtype)
+            buf = want.copy() if comm.rank == root else np.zeros(n, dtype)
+            first[0] = True
+            comm.bcast(buf, root)
+            if not np.array_equal(buf, want):
+                errors.append(f"{nbytes} B from root {root}: "
+                              f"{int(np.count_nonzero(buf != want))} elements wrong")
+    return {"errors": errors, "direct": bool(arena.direct), **pieces}
+
+
+@pytest.mark.parametrize("slow", [0, 1])
+def test_two_rank_direct_bcast_shares_its_copying(slow: int,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The root writes pieces from the back while the receiver reads from the front; the rank
+    that dawdles copies fewer of them, and every byte arrives (pieces of an odd size, a last
+    piece shorter than the others; inherited by the forked ranks)."""
+    monkeypatch.setattr(shm, "SHARE_FROM", 1 << 20)
+    monkeypatch.setattr(shm, "SHARE_PIECE", (64 << 10) + 64)
+    results = run_processes(2, _shared_bcast, slow, transport="shm", timeout=60)
+    assert [e for r in results for e in r["errors"]] == []
+    assert all(r["direct"] for r in results)
+    # the root writes pieces, the receiver reads them: six calls, each size from both roots
+    done = [r["read"] + r["write"] for r in results]
+    sizes = [shm.SHARE_FROM, shm.SHARE_FROM + 77, 3 * shm.SHARE_FROM + 8]
+    total = sum(2 * -(-nbytes // shm.SHARE_PIECE) for nbytes in sizes)
+    assert sum(done) >= total, (done, total)  # (a piece both took counts twice)
+    assert done[1 - slow] > done[slow] * 2, done  # the prompt rank took most of them

@@ -97,6 +97,7 @@ class Arena:
         "_sig",
         "_slot_cache",
         "_slots",
+        "_spare",
         "_wake",
         "_what",
         "broken",
@@ -137,6 +138,7 @@ class Arena:
                         np.frombuffer(v, dtype=np.uint8, count=SLOT, offset=HEADER + SLOT))
                        for v in views]
         self._slot_cache: dict[tuple[int, np.dtype[Any], int], list[Array]] = {}
+        self._spare = [(s0.data.cast("q"), s1.data.cast("q")) for s0, s1 in self._slots]
         self._areas = [(np.frombuffer(v, dtype=np.uint8, count=span, offset=base),
                         np.frombuffer(v, dtype=np.uint8, count=span, offset=base + span))
                        for v in views]
@@ -342,6 +344,19 @@ class Arena:
     def next_parity(self) -> int:
         """The slot parity of the next sync."""
         return (self._epoch + 1) & 1
+
+    @property
+    def epoch(self) -> int:
+        """Syncs so far (the same on every rank between two syncs)."""
+        return self._epoch
+
+    def spare(self, rank: int) -> memoryview:
+        """``rank``'s slot of the next sync's parity as int64 words: from this rank's last sync
+        to its next one, no call but the one in progress touches it (every rank has passed the
+        last sync, so has read what an earlier call put there, and the next small call writes
+        the other slot). There a call's ranks tell each other their progress between syncs;
+        values of earlier calls remain, so tag them (with :attr:`epoch`)."""
+        return self._spare[rank][(self._epoch + 1) & 1]
 
     def sync(self) -> None:
         """Wait until every rank has reached this point (a barrier over shared counters).
