@@ -37,7 +37,7 @@ its block into the others' buffers, a piece at a time just after copying it into
 Reduce_scatter_block and allreduce from their sizes read their slice of the others' inputs the
 same way (allreduce then the others' results too). In a broadcast the root, which would be
 idle, writes the first 1/p of the data into every other rank's buffer while they read the rest
-(on two ranks, from 4 MiB, the two take pieces from either end until they meet, so a rank
+(on two ranks, from 16 MiB, the two take pieces from either end until they meet, so a rank
 slowed by other work copies less).
 Other broadcasts stream (see ``_stream``): the root fills a ring of pieces while the others
 empty it.
@@ -97,12 +97,14 @@ Array = np.ndarray[Any, Any]
 PIECE = 1 << 18  # streamed broadcasts move pieces this large (they stay in cache)
 # direct broadcasts on two ranks of at least SHARE_FROM bytes share out their copying as it
 # goes, in pieces of SHARE_PIECE (see _bcast_shared); smaller ones, and those of more ranks or
-# ranks sharing cores, split it in fixed parts. np=2 beside one busy process, same runs, MPICH
-# time / Ringworld time: 4 MiB 1.02 -> 1.25, 16 MiB 0.88 -> 1.26, 64 MiB 1.03 -> 1.34; quiet
-# unchanged (1.22-1.58 against 1.12-1.46); 512 KiB pieces lost 10-20% quiet at 16 MiB. np=4
-# on 2 cores lost (4 MiB quiet 0.93 -> 0.57): there the fixed parts let the root copy one
+# ranks sharing cores, split it in fixed parts. np=2 beside one busy process, MPICH time /
+# Ringworld time: 16 MiB 0.88 -> 1.26 (medians of 3), and in alternating single runs
+# 0.87, 1.26, 0.92 -> 1.10, 1.36, 1.88 (2.0-2.1 ms against 2.2-3.3); 64 MiB 1.03 -> 1.34.
+# At 4-8 MiB the alternating runs were noise (4 MiB: 1.03-1.64 fixed, 0.93-1.53 shared).
+# Quiet unchanged (1.15-1.58 against 1.12-1.46); 512 KiB pieces lost 10-20% quiet at 16 MiB.
+# np=4 on 2 cores lost (4 MiB quiet 0.93 -> 0.57): there the fixed parts let the root copy one
 # cached quarter to every receiver, and ranks take turns on the cores anyway
-SHARE_FROM = 4 << 20
+SHARE_FROM = 16 << 20
 SHARE_PIECE = 1 << 20
 # the pieces of a direct allgather: each is copied to the rank's own recv and then written to
 # the others' while it is still in cache. Blocks of up to GATHER_WHOLE go whole, larger ones in
