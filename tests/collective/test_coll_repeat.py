@@ -280,3 +280,63 @@ def _mismatch(comm: ringworld.Communicator) -> str:
 def test_a_repeated_call_still_detects_a_mismatch() -> None:
     results = run_processes(2, _mismatch, transport="shm", timeout=60)
     assert all(r.count("differently") + r.count("expect") == 2 for r in results), results
+
+
+def _reduce_repeat(comm: ringworld.Communicator) -> list[str]:
+    """Reduce repeated on the same arrays: roots and ops change between calls, ranks other than
+    the root pass no recvbuf (their sendbuf is then what the repeat is kept under, and must come
+    out untouched), and a root that passes none refuses the call on every rank."""
+    p, r = comm.size, comm.rank
+    errors: list[str] = []
+    n = 6
+    send = np.empty(n, dtype=np.int64)
+    recv = np.full(n, -1, dtype=np.int64)
+    for k in range(24):
+        root, none = k % p, (k // p) % 2 == 1
+        op = ringworld.MAX if k % 5 == 4 else ringworld.SUM
+        send[:] = np.arange(n) * 7 + r * 1000 + k
+        before = send.copy()
+        recv[:] = -1
+        comm.reduce(send, None if none and r != root else recv, op, root)
+        if r == root:
+            want = (_expect(p, k, n, np.int64) if op is ringworld.SUM
+                    else np.arange(n) * 7 + (p - 1) * 1000 + k)
+            if not np.array_equal(recv, want):
+                errors.append(f"call {k} (root {root}, {op}): {recv} != {want}")
+        elif not np.array_equal(recv, np.full(n, -1)):
+            errors.append(f"call {k}: rank {r}'s ignored recvbuf was written")
+        if not np.array_equal(send, before):
+            errors.append(f"call {k}: rank {r}'s sendbuf changed")
+    if p > 1 and comm.last_algorithm != "shm":
+        errors.append(f"small reduce ran {comm.last_algorithm}, not shm")
+    # a read-only sendbuf off the root, with no recvbuf: not repeated, still right
+    frozen = np.arange(n, dtype=np.int64) + r
+    frozen.setflags(write=False)
+    for _ in range(3):
+        comm.reduce(frozen, recv if r == 0 else None, ringworld.SUM, 0)
+    if r == 0 and not np.array_equal(recv, sum(np.arange(n) + i for i in range(p))):
+        errors.append(f"read-only sendbuf: {recv}")
+    # the root passing no recvbuf (after repeats as a rank that may): every rank gets an error,
+    # the root's sendbuf is not taken for it, and the communicator stays usable
+    if p > 1:
+        for _ in range(3):
+            comm.reduce(send, None if r != 1 else recv, ringworld.SUM, 1)
+        before = send.copy()
+        try:
+            comm.reduce(send, None, ringworld.SUM, 1, timeout=20)
+            errors.append(f"rank {r}: a root without a recvbuf raised nothing")
+        except (TypeError, ValueError):
+            pass
+        if not np.array_equal(send, before):
+            errors.append(f"rank {r}: the refused call wrote its sendbuf")
+        comm.reduce(send, recv if r == 1 else None, ringworld.SUM, 1)
+        if r == 1 and not np.array_equal(recv, sum(np.arange(n) * 7 + i * 1000 + 23
+                                                   for i in range(p))):
+            errors.append(f"after the refusal: {recv}")
+    return errors
+
+
+@pytest.mark.parametrize("size", [1, 2, 3])
+def test_repeated_small_reduce(size: int) -> None:
+    results = run_processes(size, _reduce_repeat, transport="shm", timeout=60)
+    assert [e for errs in results for e in errs] == []

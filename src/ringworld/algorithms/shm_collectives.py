@@ -264,8 +264,11 @@ def reduce(a: Arena, send: Array, recv: Array, op: Op, root: int) -> None:
         slot[r][...] = send
         a.sync()
         if r == root:
+            uf = op.ufunc
             if p == 1:
                 np.copyto(recv, slot[0])
+            elif uf is not None and p == 2:  # as allreduce's, without the helpers
+                uf(slot[0], slot[1], out=recv)
             else:
                 _combine_in_rank_order(op, recv, slot)
         return

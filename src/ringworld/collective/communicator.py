@@ -253,7 +253,14 @@ class Communicator(CommManagement):
             TypeError / ValueError: bad buffers, op, root or algorithm.
             Timeout, PeerFailure, TruncationError.
         """
-        self._run(calls.reduce, (sendbuf, recvbuf, op, root), algorithm, True, timeout)
+        # a repeat runs straight in the shared windows (see _again), kept under the op and the
+        # root; a rank other than the root that passes no recvbuf is kept under its sendbuf
+        # alone (never the root: a missing recvbuf there is the checks' error to report)
+        held = sendbuf if recvbuf is None and root != self.rank else recvbuf
+        if algorithm is None and self._again("reduce", sendbuf, held, (op, root), timeout):
+            return
+        self._run(calls.reduce, (sendbuf, recvbuf, op, root), algorithm, True, timeout,
+                  (sendbuf, held, (op, root)))
 
     @observable("collective", start=True)
     def ireduce(self, sendbuf: Any, recvbuf: Any, op: OpLike = ops.SUM, root: int = 0, *,
