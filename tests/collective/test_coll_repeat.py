@@ -2,7 +2,7 @@
 references to the last call's buffers): the results stay right when the data changes, when the
 arrays' dtype, shape or writability change in place, when the call switches to and from
 ``IN_PLACE``, and when the arrays are freed and new ones take their place. Covers allreduce,
-bcast, allgather, alltoall and reduce_scatter_block."""
+bcast, allgather, alltoall, reduce_scatter_block and reduce."""
 
 from __future__ import annotations
 
