@@ -669,10 +669,10 @@ def _fast_paths(_: object) -> int:
 
 def _repeats(_: object) -> int:
     """The repeat path of the buffer collectives (Bcast, Allgather, Alltoall, Allreduce,
-    Reduce_scatter_block): repeated on the same arrays with new data each time, on new arrays
-    of the same shape, with other datatypes per rank (bytes move as bytes), beside native calls
-    on the same arrays, and while a tool observes; a read-only buffer of a kept shape still
-    fails as the checks say, and the communicator stays usable."""
+    Reduce, Reduce_scatter_block): repeated on the same arrays with new data each time, on new
+    arrays of the same shape, with other datatypes per rank (bytes move as bytes), beside
+    native calls on the same arrays, and while a tool observes; a read-only buffer of a kept
+    shape still fails as the checks say, and the communicator stays usable."""
     import ringworld
     from ringworld.collective.cache import AdapterKey
     from ringworld.comm import hooks
@@ -711,6 +711,13 @@ def _repeats(_: object) -> int:
         eq(total, sum(data(q, n, "f8", salt) for q in range(p)))
         comm.Allreduce(x, total, MPI.MAX)
         eq(total, data(p - 1, n, "f8", salt))
+        at = np.full(n, -1.0) if r == root or salt % 2 else None  # None: kept under x
+        comm.Reduce(x, at, MPI.SUM, root)
+        if r == root:
+            eq(at, sum(data(q, n, "f8", salt) for q in range(p)))
+        elif at is not None:
+            eq(at, np.full(n, -1.0))  # ignored off the root
+        eq(x, data(r, n, "f8", salt))
         part = np.zeros(n, "i8")
         comm.Reduce_scatter_block(data(r, n * p, "i8", salt), part, MPI.SUM)
         eq(part, sum(data(q, n * p, "i8", salt) for q in range(p))[r * n:(r + 1) * n])
@@ -726,6 +733,7 @@ def _repeats(_: object) -> int:
         kept = native._cache.last
         assert isinstance(kept["allgather"][2], AdapterKey), kept["allgather"]
         assert isinstance(kept["allreduce"][2], AdapterKey), kept["allreduce"]
+        assert isinstance(kept["reduce"][2][0], AdapterKey), kept["reduce"]
     # mpi4py's common form, [array, datatype] (a new list each call): repeats run no checks
     f4, f8, i8 = MPI.FLOAT, MPI.DOUBLE, MPI.INT64_T
     runs: list[Any] = []
@@ -751,6 +759,10 @@ def _repeats(_: object) -> int:
         x, total = data(r, n, "f8", time), np.zeros(n)
         comm.Allreduce([x, f8], [total, f8], MPI.SUM)
         eq(total, sum(data(q, n, "f8", time) for q in range(p)))
+        # (an op no call before used: its key is made here, not by Allreduce)
+        comm.Reduce([x, f8], [total, f8] if r == 0 else None, MPI.MIN, 0)
+        if r == 0:
+            eq(total, data(0, n, "f8", time))
         part = np.zeros(n, "i8")
         comm.Reduce_scatter_block([data(r, n * p, "i8", time), i8], [part, i8], MPI.SUM)
         eq(part, sum(data(q, n * p, "i8", time) for q in range(p))[r * n:(r + 1) * n])
@@ -758,6 +770,8 @@ def _repeats(_: object) -> int:
     del native._run
     if native._arena is not None:
         assert runs == [], runs  # every repeat took the repeat path
+        # ... ringworld.MPI's, not the native one behind the MPI layer's checks
+        assert native._cache.last["reduce"][2][0] == AdapterKey("MPI_MIN", False)
     # native calls on the same arrays keep their own (typed) semantics
     send, got = data(r, n, "f4"), np.zeros(n * p, "f4")
     for _ in range(2):

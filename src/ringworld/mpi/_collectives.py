@@ -94,7 +94,7 @@ def _op_key(op: Any) -> AdapterKey | None:
 
 
 def _again_specs(native: ringworld.Communicator, coll: str, sendbuf: Any, recvbuf: Any,
-                 key: AdapterKey) -> bool:
+                 key: Any) -> bool:
     """The repeat path for specs that are not arrays, as ``[array, datatype]`` (mpi4py's
     common form, a new list each call): the call again on their arrays. False, having done
     nothing, if they are none or not kept."""
@@ -104,11 +104,12 @@ def _again_specs(native: ringworld.Communicator, coll: str, sendbuf: Any, recvbu
 
 
 def _keep(native: ringworld.Communicator, prepare: Any, args: tuple[Any, ...], sendbuf: Any,
-          recvbuf: Any, key: AdapterKey | None) -> bool:
+          recvbuf: Any, key: Any) -> bool:
     """Run a checked blocking call (``prepare(native, *args)`` of the collective table) so that
-    the native repeat path keeps it under ``key`` for ``sendbuf`` and ``recvbuf``, the user's
-    plain arrays (or the native ``IN_PLACE``); False, having done nothing, when they are not
-    (None) or a tool observes: then the caller runs the native method."""
+    the native repeat path keeps it under ``key`` (an :class:`AdapterKey`; Reduce's: one with
+    its root) for ``sendbuf`` and ``recvbuf``, the user's plain arrays (or the native
+    ``IN_PLACE``); False, having done nothing, when they are not (None) or a tool observes:
+    then the caller runs the native method."""
     if key is None or recvbuf is None or sendbuf is None or hooks.observing:
         return False
     native._run(prepare, args, None, True, None, (sendbuf, recvbuf, key))
@@ -403,7 +404,27 @@ class Collectives:
 
     def Reduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, root: int = 0) -> None:
         """Combine every process's ``sendbuf`` with ``op`` into ``recvbuf`` of ``root``."""
-        self._native.reduce(*self._reduce(sendbuf, recvbuf, op, root, "Reduce"))
+        n = self._native
+        key = _OP_KEYS.get(id(op)) or _op_key(op)
+        if key is not None and type(root) is int and not hooks.observing:
+            # kept under the op and the root, as the native reduce: off the root, a missing
+            # recvbuf is kept under the sendbuf (at the root it is the checks' error)
+            held = sendbuf if recvbuf is None and root != n.rank else recvbuf
+            extra = (key, root)
+            if (n._again("reduce", sendbuf, held, extra, None) if type(held) is np.ndarray
+                    else _again_specs(n, "reduce", sendbuf, held, extra)):
+                return
+            if held is sendbuf:
+                sb = plain_array(sendbuf, False)
+                fast: tuple[Any, ...] | None = (
+                    None if sb is None else (sb, sb, predefined_native(op)))
+            else:
+                fast = _plain_reduction(sendbuf, recvbuf, op)
+            if fast is not None and _keep(
+                    n, calls.reduce, (fast[0], None if held is sendbuf else fast[1], fast[2],
+                                      root), fast[0], fast[1], extra):
+                return
+        n.reduce(*self._reduce(sendbuf, recvbuf, op, root, "Reduce"))
 
     def Ireduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, root: int = 0) -> Request:
         """Start a reduce."""
