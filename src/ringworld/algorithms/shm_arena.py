@@ -55,6 +55,7 @@ RACE_COST = 0.02
 # (see Arena.eager_bcast)
 EAGER_RING = 8
 EAGER_DONE = 23  # header word: the eager broadcasts this rank has finished
+PROGRESS = 14  # header word: a call's progress between two syncs (see Arena.tell)
 EAGER_STAMP = 32  # header words 32 ..: per ring entry, (broadcast number << 32) | its signature
 SEQ_WORD = 2  # header words 2, 3: by sync parity, the number of the call that made the sync
 # A rank that leaves a call with an error says so in its header, for good (see Arena.abandon):
@@ -97,7 +98,6 @@ class Arena:
         "_sig",
         "_slot_cache",
         "_slots",
-        "_spare",
         "_wake",
         "_what",
         "broken",
@@ -138,7 +138,6 @@ class Arena:
                         np.frombuffer(v, dtype=np.uint8, count=SLOT, offset=HEADER + SLOT))
                        for v in views]
         self._slot_cache: dict[tuple[int, np.dtype[Any], int], list[Array]] = {}
-        self._spare = [(s0.data.cast("q"), s1.data.cast("q")) for s0, s1 in self._slots]
         self._areas = [(np.frombuffer(v, dtype=np.uint8, count=span, offset=base),
                         np.frombuffer(v, dtype=np.uint8, count=span, offset=base + span))
                        for v in views]
@@ -350,13 +349,15 @@ class Arena:
         """Syncs so far (the same on every rank between two syncs)."""
         return self._epoch
 
-    def spare(self, rank: int) -> memoryview:
-        """``rank``'s slot of the next sync's parity as int64 words: from this rank's last sync
-        to its next one, no call but the one in progress touches it (every rank has passed the
-        last sync, so has read what an earlier call put there, and the next small call writes
-        the other slot). There a call's ranks tell each other their progress between syncs;
-        values of earlier calls remain, so tag them (with :attr:`epoch`)."""
-        return self._spare[rank][(self._epoch + 1) & 1]
+    def tell(self, value: int) -> None:
+        """Publish ``value`` in this rank's progress word, for peers to read with :meth:`told`
+        between two syncs (header words hold nothing a user's data can put there: a value is
+        this call's or an earlier call's, so tag it with :attr:`epoch`)."""
+        self._mine[PROGRESS] = value
+
+    def told(self, rank: int) -> int:
+        """``rank``'s progress word (see :meth:`tell`)."""
+        return self._ctr[rank][PROGRESS]
 
     def sync(self) -> None:
         """Wait until every rank has reached this point (a barrier over shared counters).

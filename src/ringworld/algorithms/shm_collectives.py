@@ -327,19 +327,18 @@ def _bcast_shared(a: Arena, raw: Array, root: int) -> None:
     pieces into the receiver's buffer from the back, and each takes its next piece only while
     the other has not taken it (a piece both take at once is copied twice: the same bytes to
     the same place). A rank slowed by other work on its CPU copies less, where halves fixed in
-    advance made the call wait for it. Each side tells its progress in its spare slot words,
-    tagged with the sync count: a word of an earlier call reads as no progress."""
+    advance made the call wait for it. Each side tells its progress in its header's progress
+    word, tagged with the sync count: a word of an earlier call reads as no progress."""
     n = -(-raw.size // SHARE_PIECE)  # pieces
     tag = (a.epoch & 0x7FFFFFFF) << 32
     me, other = a.chan.rank, 1 - a.chan.rank
-    mine, theirs = a.spare(me), a.spare(other)
     for k in range(n):  # this rank's (k+1)-th piece, if the other has not taken it
-        w = theirs[0]  # how many pieces the other has taken from its end
+        w = a.told(other)  # how many pieces the other has taken from its end
         taken = w & 0xFFFFFFFF if w >> 32 << 32 == tag else 0
         i = n - 1 - k if me == root else k
         if (i < taken) if me == root else (i >= n - taken):
             return  # every piece left is the other's
-        mine[0] = tag | (k + 1)
+        a.tell(tag | (k + 1))
         piece = raw[i * SHARE_PIECE : (i + 1) * SHARE_PIECE]
         if me == root:
             a.write(other, 0, i * SHARE_PIECE, piece)
