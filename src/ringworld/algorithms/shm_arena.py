@@ -21,14 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ringworld.algorithms.shm_policy import (
-    CHUNK,
-    DIRECT,
-    EAGER_MAX,
-    RACED,
-    SLOT,
-    Policy,
-)
+from ringworld.algorithms.shm_policy import CHUNK, DIRECT, EAGER_MAX, RACED, SLOT, Policy
 from ringworld.errors import CommBroken, CommError, MismatchError, PeerFailure, TransportError
 
 if TYPE_CHECKING:
