@@ -333,6 +333,24 @@ def _reduce_repeat(comm: ringworld.Communicator) -> list[str]:
         if r == 1 and not np.array_equal(recv, sum(np.arange(n) * 7 + i * 1000 + 23
                                                    for i in range(p))):
             errors.append(f"after the refusal: {recv}")
+        # a root in place with no recvbuf cannot size the call: it refuses in the windows
+        # all the same (small and chunked calls), and the next call lines up on every rank
+        for count in (n, 300_007):
+            big = np.arange(count, dtype=np.float64) + r
+            try:
+                if r == 1:
+                    comm.reduce(ringworld.IN_PLACE, None, ringworld.SUM, 1, timeout=20)
+                else:
+                    comm.reduce(big, None, ringworld.SUM, 1, timeout=20)
+                errors.append(f"rank {r}: a root in place without a recvbuf raised nothing")
+            except TypeError as exc:
+                if r != 1 and "refused" not in str(exc):
+                    errors.append(f"rank {r}: unclear refusal: {exc}")
+            out = np.empty(count) if r == 1 else None
+            comm.reduce(big, out, ringworld.SUM, 1, timeout=20)
+            if r == 1 and not np.array_equal(out, sum(np.arange(count, dtype=np.float64) + i
+                                                      for i in range(p))):
+                errors.append(f"after the in-place refusal ({count}): wrong sum")
     return errors
 
 

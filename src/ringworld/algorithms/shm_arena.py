@@ -639,6 +639,11 @@ class Arena:
                          dtype="<i8")
         return words.tobytes().rstrip(b"\0").decode("utf-8", "replace")
 
+    def unsign(self) -> None:
+        """The call begun checks call numbers only at its syncs: a root that refuses a call it
+        cannot size (see :meth:`refuse`) has no signature to compare."""
+        self._sig = None
+
     def refuse(self, text: str, kind: type[Exception] = ValueError) -> None:
         """This rank, the root of the call begun, refuses it: its arguments are wrong in a way
         only it can see (``text`` says how). It takes part in the call's first sync, where

@@ -18,7 +18,9 @@ from ringworld.algorithms import registry
 from ringworld.algorithms.registry import SHM
 from ringworld.algorithms.schedule import Spec
 from ringworld.collective.cache import CallCache
+from ringworld.collective.markers import IN_PLACE
 from ringworld.collective.objects import ObjectCollectives
+from ringworld.comm import ops
 from ringworld.comm.engine import Engine
 from ringworld.comm.hooks import observable, observed
 from ringworld.comm.ops import Op
@@ -295,6 +297,18 @@ class CollectiveCore(ObjectCollectives):
                                 blocking=blocking)
         except (TypeError, ValueError):
             algo = ""
+            if sendbuf is IN_PLACE:  # the bad recvbuf was the input: the others' size is
+                # unknown here, but they are in the windows if those take every size
+                try:
+                    c = ops.resolve(op).commutative
+                    if all(self._choose("reduce", n, algorithm, commutative=c,
+                                        blocking=blocking) == SHM for n in (0, 1 << 30)):
+                        a = self._shm("reduce", None)
+                        a.unsign()  # (no size to compare: the refusal is what they see)
+                        a.refuse(self._refusal(a.what, exc), type(exc))
+                        return
+                except (TypeError, ValueError):
+                    pass  # an op the others refuse themselves
         if algo == SHM:
             root = self.rank
             a = self._shm("reduce", None, sb.nbytes, (sb.dtype, o.name, root))
