@@ -75,15 +75,7 @@ from ringworld.algorithms.shm_arena import (
     Arena,
     _Race,
 )
-from ringworld.algorithms.shm_policy import (
-    CHUNK,
-    DIRECT,
-    EAGER_MAX,
-    RACED,
-    SLOT,
-    SMALL,
-    Policy,
-)
+from ringworld.algorithms.shm_policy import CHUNK, DIRECT, EAGER_MAX, RACED, SLOT, SMALL, Policy
 from ringworld.comm.ops import Op
 from ringworld.errors import MismatchError
 

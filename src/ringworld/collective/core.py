@@ -290,31 +290,31 @@ class CollectiveCore(ObjectCollectives):
         """The root's buffers are wrong: refuse the call on every rank (see :meth:`_refuse`),
         in the shared windows if that is where the others are (the root's own sendbuf tells
         which path they took). The caller raises ``exc``."""
+        kind: tuple[Any, ...] | None = None  # the call's signature in the windows, if there
         try:
             sb = bufs.as_array(sendbuf, "sendbuf")
             o = self._op(op, sb)
-            algo = self._choose("reduce", sb.nbytes, algorithm, commutative=o.commutative,
-                                blocking=blocking)
+            if self._choose("reduce", sb.nbytes, algorithm, commutative=o.commutative,
+                            blocking=blocking) == SHM:
+                kind = (sb.nbytes, (sb.dtype, o.name, self.rank))
         except (TypeError, ValueError):
-            algo = ""
             if sendbuf is IN_PLACE:  # the bad recvbuf was the input: the others' size is
                 # unknown here, but they are in the windows if those take every size
                 try:
                     c = ops.resolve(op).commutative
-                    if all(self._choose("reduce", n, algorithm, commutative=c,
-                                        blocking=blocking) == SHM for n in (0, 1 << 30)):
-                        a = self._shm("reduce", None)
-                        a.unsign()  # (no size to compare: the refusal is what they see)
-                        a.refuse(self._refusal(a.what, exc), type(exc))
-                        return
+                    windows = all(self._choose("reduce", n, algorithm, commutative=c,
+                                               blocking=blocking) == SHM for n in (0, 1 << 30))
                 except (TypeError, ValueError):
-                    pass  # an op the others refuse themselves
-        if algo == SHM:
-            root = self.rank
-            a = self._shm("reduce", None, sb.nbytes, (sb.dtype, o.name, root))
-            a.refuse(self._refusal(a.what, exc), type(exc))
+                    windows = False  # an op or algorithm the others refuse themselves
+                if windows:
+                    kind = ()  # no size to compare: the refusal is what they see
+        if kind is None:
+            self._refuse("reduce", exc)
             return
-        self._refuse("reduce", exc)
+        a = self._shm("reduce", None, *kind)
+        if not kind:
+            a.unsign()
+        a.refuse(self._refusal(a.what, exc), type(exc))
 
     def _refusal(self, what: str, exc: BaseException) -> str:
         return (f"{what}: the root (world rank {self._ranks[self.rank]}) refused its "

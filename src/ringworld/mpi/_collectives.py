@@ -414,15 +414,16 @@ class Collectives:
             if (n._again("reduce", sendbuf, held, extra, None) if type(held) is np.ndarray
                     else _again_specs(n, "reduce", sendbuf, held, extra)):
                 return
-            if held is sendbuf:
+            if held is sendbuf:  # (sendbuf, None, op), kept under sendbuf twice
                 sb = plain_array(sendbuf, False)
                 fast: tuple[Any, ...] | None = (
-                    None if sb is None else (sb, sb, predefined_native(op)))
+                    None if sb is None else (sb, None, predefined_native(op)))
+                kept = sb
             else:
                 fast = _plain_reduction(sendbuf, recvbuf, op)
-            if fast is not None and _keep(
-                    n, calls.reduce, (fast[0], None if held is sendbuf else fast[1], fast[2],
-                                      root), fast[0], fast[1], extra):
+                kept = None if fast is None else fast[1]
+            if fast is not None and _keep(n, calls.reduce, (*fast, root), fast[0], kept,
+                                          extra):
                 return
         n.reduce(*self._reduce(sendbuf, recvbuf, op, root, "Reduce"))
 

@@ -719,7 +719,9 @@ class ShmTransport(Transport):
 
     def waker(self, ranks: Sequence[int]) -> Callable[[], None]:
         """:meth:`wake_all`; for a lone peer, one that reads its sleep flag first (np=2)."""
-        return flag_waker(self, ranks[0]) if len(ranks) == 1 else super().waker(ranks)
+        if len(ranks) == 1 and 0 <= ranks[0] < self.size:
+            return flag_waker(self, ranks[0])
+        return super().waker(ranks)
 
     knows_cpus = True
 
