@@ -244,6 +244,23 @@ def test_blocked_get_does_not_block_other_clients(make_client: MakeClient) -> No
     assert got == [b"open"]
 
 
+def test_a_huge_finite_timeout_waits_like_any_other(make_client: MakeClient) -> None:
+    """A timeout of 1e17 s is valid (it is >= 0) but past what one sleep can take (time_t):
+    the waiter still waits and wakes, and the store, the server included, keeps serving."""
+    blocked, other = make_client(), make_client()
+    got: list[bytes] = []
+    t = threading.Thread(target=lambda: got.append(blocked.get("far", timeout=1e17)),
+                         daemon=True)
+    t.start()
+    time.sleep(0.2)
+    other.set("near", b"x")
+    assert other.get("near", timeout=1e17) == b"x"
+    other.wait(["near"], timeout=1e300)
+    other.set("far", b"open")
+    t.join(10)
+    assert got == [b"open"]
+
+
 def test_store_barrier_across_threads(make_client: MakeClient) -> None:
     n = 6
     clients = [make_client() for _ in range(n)]

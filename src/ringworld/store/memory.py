@@ -29,6 +29,12 @@ def check_key(key: object) -> str:
     return key
 
 
+#: the longest single sleep of a store's wait (a waiting loop then looks at the clock again): a
+#: timeout of a few billion seconds or more is valid, but a sleep that long overflows the
+#: platform's time_t (OverflowError from the lock or the selector)
+SLEEP_SLICE = 3600.0
+
+
 def check_timeout(timeout: float | None) -> float | None:
     """Return ``timeout`` as seconds (``None`` = forever; ``inf`` is turned into ``None``).
 
@@ -173,7 +179,7 @@ class MemoryStore(Store):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise StoreTimeout(timeout_message(missing, deadline - start))
-                self._cond.wait(left)
+                self._cond.wait(min(left, SLEEP_SLICE))
 
     def close(self) -> None:
         """Close the store: blocked and later calls raise :class:`StoreError`; idempotent."""

@@ -173,6 +173,8 @@ class TCPStore(Store):
         if op in (OP_GET, OP_WAIT):
             io_timeout = None if timeout is None or self.timeout is None else (
                 timeout + self.timeout)
+            if io_timeout is not None and io_timeout > threading.TIMEOUT_MAX:
+                io_timeout = None  # past what a socket can wait (centuries): wait for the reply
         else:
             io_timeout = self.timeout
         with self._lock:

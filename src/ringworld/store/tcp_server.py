@@ -26,7 +26,7 @@ from types import TracebackType
 from ringworld._sockutil import consume_sent
 from ringworld.auth import AcceptHandshake, listen_host
 from ringworld.errors import AuthenticationError, StoreError
-from ringworld.store.memory import parse_counter
+from ringworld.store.memory import SLEEP_SLICE, parse_counter
 from ringworld.store.wire import (
     OP_ADD,
     OP_GET,
@@ -357,7 +357,7 @@ class TCPStoreServer:
             first = min(first, next(iter(self._pending.values())).deadline)
         if first == math.inf:
             return None
-        return max(0.0, first - time.monotonic())
+        return min(SLEEP_SLICE, max(0.0, first - time.monotonic()))
 
     def _drain_wakeups(self) -> None:
         assert self._wake_r is not None
