@@ -358,3 +358,68 @@ def _reduce_repeat(comm: ringworld.Communicator) -> list[str]:
 def test_repeated_small_reduce(size: int) -> None:
     results = run_processes(size, _reduce_repeat, transport="shm", timeout=60)
     assert [e for errs in results for e in errs] == []
+
+
+def _rooted_repeat(comm: ringworld.Communicator) -> list[str]:
+    """gather and scatter repeated on the same arrays: roots change between calls, ranks other
+    than the root pass None for the buffer they do not use (the repeat is then kept under the
+    other one, which must come out right and untouched), and a root whose own buffers are
+    wrong (in place over a missing buffer; a block of the wrong length) refuses the call on
+    every rank, after which the next call lines up."""
+    p, r = comm.size, comm.rank
+    errors: list[str] = []
+    n = 5
+    send = np.empty(n, dtype=np.int64)
+    whole = np.full(p * n, -1, dtype=np.int64)
+    for k in range(4 * p + 4):
+        root, none = k % p, (k // p) % 2 == 1
+        send[:] = np.arange(n) * 7 + r * 1000 + k
+        before = send.copy()
+        whole[:] = -1
+        comm.gather(send, None if none and r != root else whole, root)
+        want = np.concatenate([np.arange(n) * 7 + i * 1000 + k for i in range(p)])
+        if r == root and not np.array_equal(whole, want):
+            errors.append(f"gather {k} (root {root}): {whole} != {want}")
+        if r != root and not np.array_equal(whole, np.full(p * n, -1)):
+            errors.append(f"gather {k}: rank {r}'s ignored recvbuf was written")
+        if not np.array_equal(send, before):
+            errors.append(f"gather {k}: rank {r}'s sendbuf changed")
+        whole[:] = np.arange(p * n) * 3 + k if r == root else -1
+        ignored = whole.copy()
+        comm.scatter(None if none and r != root else whole, send, root)
+        if not np.array_equal(send, np.arange(r * n, (r + 1) * n) * 3 + k):
+            errors.append(f"scatter {k} (root {root}) rank {r}: {send}")
+        if r != root and not np.array_equal(whole, ignored):
+            errors.append(f"scatter {k}: rank {r}'s ignored sendbuf was written")
+    if p > 1 and comm.last_algorithm != "shm":
+        errors.append(f"small scatter ran {comm.last_algorithm}, not shm")
+    if p == 1:
+        return errors
+    for count in (n, 300_007):  # a small and a chunked call
+        mine = np.arange(count, dtype=np.float64) + r * 1e7
+        out = np.zeros(p * count)
+        for bad in ("gather in place", "gather block", "scatter in place", "scatter block"):
+            try:
+                if bad == "gather in place":
+                    comm.gather(ringworld.IN_PLACE if r == 1 else mine, None, 1, timeout=20)
+                elif bad == "gather block":
+                    comm.gather(mine[:-1] if r == 1 else mine, out, 1, timeout=20)
+                elif bad == "scatter in place":
+                    comm.scatter(None, ringworld.IN_PLACE if r == 1 else mine, 1, timeout=20)
+                else:
+                    comm.scatter(out, mine[:-1] if r == 1 else mine, 1, timeout=20)
+                errors.append(f"rank {r}: {bad} ({count}) raised nothing")
+            except (TypeError, ValueError) as exc:
+                if r != 1 and "refused" not in str(exc):
+                    errors.append(f"rank {r}: {bad} ({count}): unclear refusal: {exc}")
+            comm.gather(mine, out if r == 1 else None, 1, timeout=20)
+            if r == 1 and not np.array_equal(out, np.concatenate(
+                    [np.arange(count, dtype=np.float64) + i * 1e7 for i in range(p)])):
+                errors.append(f"after the refusal of {bad} ({count}): wrong gather")
+    return errors
+
+
+@pytest.mark.parametrize("size", [1, 2, 3])
+def test_repeated_small_gather_and_scatter(size: int) -> None:
+    results = run_processes(size, _rooted_repeat, transport="shm", timeout=60)
+    assert [e for errs in results for e in errs] == []

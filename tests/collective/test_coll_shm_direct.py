@@ -109,10 +109,55 @@ def _direct(comm: ringworld.Communicator, policy: Policy) -> list[str]:
         want_rs = affine(want_rs, m[r * k : (r + 1) * k])
     if not np.array_equal(got_rs, want_rs):
         errors.append(f"reduce_scatter_block of a non-commutative op rank {r}")
+    errors += _rooted(comm, n)
     arena: Any = comm._arena
     if arena is None or not arena.direct:
         errors.append(f"rank {r}: direct reads were not enabled")
     return errors
+
+
+def _rooted(comm: ringworld.Communicator, n: int) -> list[str]:
+    """gather and scatter of ``n`` elements a block through the shared memory, from every root,
+    in place and not; data unique per element."""
+    p, r = comm.size, comm.rank
+    errors: list[str] = []
+    blocks = [np.arange(n, dtype=np.float64) * 3 + i * 1e7 for i in range(p)]
+    for root in range(p):
+        for inplace in (False, True):
+            out = np.full(p * n, -1.0) if r == root else None
+            if inplace and out is not None:
+                out[r * n : (r + 1) * n] = blocks[r]
+            send = ringworld.IN_PLACE if inplace and r == root else blocks[r]
+            comm.gather(send, out, root, algorithm="shm")
+            if out is not None and not np.array_equal(out, np.concatenate(blocks)):
+                errors.append(f"gather root {root} in place {inplace}: "
+                              f"{np.count_nonzero(out != np.concatenate(blocks))} wrong")
+            whole = np.concatenate(blocks) + 0.5 if r == root else None
+            got = np.full(n, -1.0)
+            into: Any = got
+            if inplace and whole is not None:
+                into, got = ringworld.IN_PLACE, whole[r * n : (r + 1) * n]
+            comm.scatter(whole, into, root, algorithm="shm")
+            if not np.array_equal(got, blocks[r] + 0.5):
+                errors.append(f"scatter root {root} in place {inplace} rank {r}: "
+                              f"{np.count_nonzero(got != blocks[r] + 0.5)} wrong")
+    if comm.last_algorithm != "shm":
+        errors.append(f"rank {r}: gather and scatter ran {comm.last_algorithm}")
+    return errors
+
+
+def _windows(comm: ringworld.Communicator, policy: Policy) -> list[str]:
+    comm.selector.shm_policy = policy  # before the windows are mapped
+    return _rooted(comm, shm.CHUNK // 8 + 1001)  # two chunks a block (scatter: p + 1)
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_rooted_collectives_through_the_windows_in_chunks(size: int) -> None:
+    # no direct copies, and the slots only up to SMALL: blocks of two and more window chunks
+    never = dict.fromkeys(DIRECT, float("inf"))
+    policy = Policy(direct=never, direct_crowded=never, race=False, slot_max=shm.SMALL)
+    results = run_processes(size, _windows, policy, transport="shm", timeout=120)
+    assert [e for errs in results for e in errs] == []
 
 
 @pytest.mark.parametrize("size", [2, 3, 5])

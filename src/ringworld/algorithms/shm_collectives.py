@@ -81,8 +81,8 @@ from ringworld.errors import MismatchError
 
 __all__ = ["CHUNK", "DIRECT", "EAGER_MAX", "EAGER_RING", "MAX_RANKS", "RACED", "RACE_COST",
            "RACE_LAST", "RACE_TRY", "RUN", "SLOT", "SMALL", "Arena", "Policy", "_Race",
-           "allgather", "allreduce", "alltoall", "barrier", "bcast", "reduce",
-           "reduce_scatter_block"]
+           "allgather", "allreduce", "alltoall", "barrier", "bcast", "gather", "reduce",
+           "reduce_scatter_block", "scatter"]
 
 Array = np.ndarray[Any, Any]
 
@@ -115,12 +115,12 @@ def _combine_in_rank_order(op: Op, dst: Array, ins: Sequence[Array]) -> None:
         op.reduce_into(dst, x, src_left=False)
 
 
-def _publish_blocks(a: Arena, send: Array, n: int, b0: int, m: int) -> None:
+def _publish_blocks(a: Arena, send: Array, n: int, b0: int, m: int, which: int = 0) -> None:
     """Copy elements [b0, b0 + m) of every other rank's block (``n`` each) of ``send`` into
-    this rank's area 0, block j at j * m, for rank j to take after the next sync."""
+    this rank's area ``which``, block j at j * m, for rank j to take after the next sync."""
     r = a.chan.rank
-    a.place(0, send[b0:])
-    mine = a.area(r, 0, send.dtype, a.chan.size * m)
+    a.place(which, send[b0:])
+    mine = a.area(r, which, send.dtype, a.chan.size * m)
     for j in range(a.chan.size):
         if j != r:
             np.copyto(mine[j * m : (j + 1) * m], send[j * n + b0 : j * n + b0 + m])
@@ -541,9 +541,93 @@ def alltoall(a: Arena, send: Array, recv: Array, op: Op | None = None, root: int
     a.raced()
 
 
+def gather(a: Arena, send: Array, recv: Array, op: Op | None = None, root: int = 0) -> None:
+    """Every rank's block into the root's ``recv`` (block i from rank i): small blocks through
+    the slots (one sync), large ones written by their owners straight into the root's
+    ``recv``, others through the windows a chunk at a time (the root copying out one chunk
+    while the others copy in the next)."""
+    p, r = a.chan.size, a.chan.rank
+    dt = send.dtype
+    n = send.size
+    if send.nbytes <= a.small:
+        sl = a.slots(a.next_parity(), dt, n)
+        if r == root:
+            recv[r * n : (r + 1) * n] = send  # (its own place when in place: harmless)
+        else:
+            sl[r][...] = send
+        a.sync()
+        if r == root:
+            for i in range(p):
+                if i != r:
+                    recv[i * n : (i + 1) * n] = sl[i]
+        return
+    if a.direct and send.nbytes >= a.direct_min["gather"]:
+        if r == root:
+            a.publish(0, recv)
+        a.sync()
+        if r != root:
+            raw = send.reshape(-1).view(np.uint8)
+            for lo in range(0, raw.size, GATHER_PIECE):
+                a.write(root, 0, r * send.nbytes + lo, raw[lo : lo + GATHER_PIECE])
+        elif not np.shares_memory(send, recv):
+            np.copyto(recv[r * n : (r + 1) * n], send)
+        a.sync()  # every block has landed
+        return
+    if r == root and not np.shares_memory(send, recv):
+        np.copyto(recv[r * n : (r + 1) * n], send)
+    for k, (b0, m) in enumerate(_parts(n, a.chunk // dt.itemsize)):
+        if r != root:
+            a.place(k % 2, send[b0:])
+            np.copyto(a.area(r, k % 2, dt, m), send[b0 : b0 + m])
+        a.sync()
+        if r == root:
+            for i in range(p):
+                if i != r:
+                    np.copyto(recv[i * n + b0 : i * n + b0 + m], a.area(i, k % 2, dt, m))
+    a.sync()  # the root has read every area
+
+
+def scatter(a: Arena, send: Array, recv: Array, op: Op | None = None, root: int = 0) -> None:
+    """Block i of the root's ``send`` into rank i's ``recv``: through the root's slot (one
+    sync) where all p blocks fit, read straight out of the root's ``send`` when large, else
+    through the root's windows a chunk of every block at a time."""
+    p, r = a.chan.size, a.chan.rank
+    dt = recv.dtype
+    n = recv.size
+    if recv.nbytes * p <= a.small:
+        sl = a.slots(a.next_parity(), dt, p * n)
+        if r == root:
+            sl[r][...] = send
+            recv[...] = send[r * n : (r + 1) * n]  # (its own place when in place: harmless)
+        a.sync()
+        if r != root:
+            recv[...] = sl[root][r * n : (r + 1) * n]
+        return
+    if a.direct and recv.nbytes >= a.direct_min["scatter"]:
+        if r == root:
+            a.publish(0, send)
+        a.sync()
+        if r != root:
+            a.read(root, 0, r * recv.nbytes, recv)
+        elif not np.shares_memory(send, recv):
+            np.copyto(recv, send[r * n : (r + 1) * n])
+        a.sync()  # every rank has read its block
+        return
+    if r == root and not np.shares_memory(send, recv):
+        np.copyto(recv, send[r * n : (r + 1) * n])
+    for k, (b0, m) in enumerate(_parts(n, a.chunk // dt.itemsize // p)):
+        if r == root:
+            _publish_blocks(a, send, n, b0, m, k % 2)
+        a.sync()
+        if r != root:
+            np.copyto(recv[b0 : b0 + m], a.area(root, k % 2, dt, p * m)[r * m : (r + 1) * m])
+    a.sync()  # every rank has read the root's areas
+
+
 #: The direct kind's entries, each run as ``run(arena, send, recv, op, root)`` (an argument a
 #: collective does not use is ignored: one signature, so a caller runs any without adapting).
 RUN: dict[str, Callable[..., None]] = {
     "bcast": bcast, "reduce": reduce, "allreduce": allreduce,
     "reduce_scatter_block": reduce_scatter_block, "allgather": allgather, "alltoall": alltoall,
+    "gather": gather, "scatter": scatter,
 }

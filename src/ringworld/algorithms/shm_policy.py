@@ -37,14 +37,16 @@ EAGER_MAX = 256 << 10
 #: bytes of a window area: larger transfers go through the windows a chunk at a time
 CHUNK = 2 << 20
 #: the collectives that have a direct path, and the ones among them whose paths may race
-DIRECT = ("allreduce", "bcast", "allgather", "alltoall", "reduce_scatter_block")
+DIRECT = ("allreduce", "bcast", "allgather", "alltoall", "reduce_scatter_block", "gather",
+          "scatter")
 RACED = ("alltoall", "allgather", "reduce_scatter_block")
 
 
 @dataclass(frozen=True)
 class Policy:
     """Sizes (bytes per transfer: of the vector for allreduce and bcast, of one block for
-    allgather and reduce_scatter_block, of the send buffer for alltoall) from which each
+    allgather, reduce_scatter_block, gather and scatter, of the send buffer for alltoall) from
+    which each
     collective of :data:`DIRECT` takes the direct path, where ranks have cores of their own
     (``direct``) and where they share them (``direct_crowded``; a collective missing there
     uses ``direct``; ``math.inf``: never); the sizes between which the two paths race
@@ -78,8 +80,9 @@ class Policy:
     def small(self, collective: str, p: int) -> float:
         """Bytes up to which a call of ``collective`` on ``p`` ranks takes the one-sync slots:
         of the vector for allreduce and reduce (while p of them are at most COMBINE_ALL, and up
-        to SMALL whatever p), of one block for allgather, of the send buffer for alltoall and
-        reduce_scatter_block; a bcast takes the eager ring, no sync, up to EAGER_MAX."""
+        to SMALL whatever p), of one block for allgather and gather, of the send buffer for
+        alltoall, reduce_scatter_block and scatter (the root's: p blocks); a bcast takes the
+        eager ring, no sync, up to EAGER_MAX."""
         if collective == "bcast":
             return EAGER_MAX
         cap = min(self.slot_max, SLOT)

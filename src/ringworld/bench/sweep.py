@@ -346,12 +346,13 @@ def plot(runs: Sequence[SweepRun], collective: str, np: int, path: Path) -> None
 
 
 def _algorithms(collective: str) -> list[str] | None:
-    """Ringworld's algorithm names for ``collective``, or None when the registry is absent."""
+    """Ringworld's algorithm names for ``collective`` (of every kind: the timed calls are
+    blocking, so ``shm`` can run), or None when the registry is absent."""
     try:
-        from ringworld.algorithms.registry import REGISTRY
+        from ringworld.algorithms.registry import ALGORITHMS
     except ImportError:
         return None
-    return sorted(REGISTRY.get(REGISTRY_NAME.get(collective, collective), {}))
+    return sorted(ALGORITHMS.get(REGISTRY_NAME.get(collective, collective), {}))
 
 
 def default_sizes(lo: int, hi: int, factor: int) -> list[int]:

@@ -63,13 +63,14 @@ class Call(NamedTuple):
 
 class Refused(Exception):
     """The root's arguments are wrong (``error``); only it can see that. The runner tells the
-    other ranks, which wait in the call, before raising ``error``. ``sendbuf`` and ``op`` tell
-    a reduce's runner which path the other ranks took."""
+    other ranks, which wait in the call, before raising ``error``. ``own`` (the root's own
+    block as passed: a reduce's or gather's sendbuf, a scatter's recvbuf) and ``op`` (a
+    reduce's) tell the runner which path the other ranks took."""
 
-    def __init__(self, collective: str, error: TypeError | ValueError, sendbuf: Any = None,
+    def __init__(self, collective: str, error: TypeError | ValueError, own: Any = None,
                  op: Any = None) -> None:
         super().__init__(f"{collective}: {error}")
-        self.collective, self.error, self.sendbuf, self.op = collective, error, sendbuf, op
+        self.collective, self.error, self.own, self.op = collective, error, own, op
 
 
 class Frame(Protocol):
@@ -180,13 +181,13 @@ def gather(f: Frame, sendbuf: Any, recvbuf: Any, root: int) -> Call:
             bufs.same_dtype(sb, rb, "sendbuf", "recvbuf")
             bufs.check_len(sb, n, "sendbuf", "recvbuf holds size blocks of this length")
         except (TypeError, ValueError) as exc:
-            raise Refused("gather", exc) from None
+            raise Refused("gather", exc, sendbuf) from None
     else:
         sb = bufs.as_array(sendbuf, "sendbuf")
         rb = bufs.EMPTY_U8.view(sb.dtype)
         n = sb.size
     return Call("gather", Spec(p, r, n, root), (sb, rb), nbytes=sb.nbytes,
-                in_place=r == root and sendbuf is IN_PLACE)
+                shared=(sb.nbytes, (sb.dtype, root)), in_place=r == root and sendbuf is IN_PLACE)
 
 
 def gatherv(f: Frame, sendbuf: Any, recvbuf: Any, counts: Counts, displs: Counts,
@@ -226,13 +227,13 @@ def scatter(f: Frame, sendbuf: Any, recvbuf: Any, root: int) -> Call:
             bufs.same_dtype(sb, rb, "sendbuf", "recvbuf")
             bufs.check_len(rb, n, "recvbuf", "sendbuf holds size blocks of this length")
         except (TypeError, ValueError) as exc:
-            raise Refused("scatter", exc) from None
+            raise Refused("scatter", exc, recvbuf) from None
     else:
         rb = bufs.as_array(recvbuf, "recvbuf", writable=True)
         sb = bufs.EMPTY_U8.view(rb.dtype)
         n = rb.size
     return Call("scatter", Spec(p, r, n, root), (sb, rb), nbytes=rb.nbytes,
-                in_place=r == root and recvbuf is IN_PLACE)
+                shared=(rb.nbytes, (rb.dtype, root)), in_place=r == root and recvbuf is IN_PLACE)
 
 
 def scatterv(f: Frame, sendbuf: Any, recvbuf: Any, counts: Counts, displs: Counts,

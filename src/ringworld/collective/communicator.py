@@ -74,8 +74,9 @@ class Communicator(CommManagement):
             return self._on_device(prepare, args, blocking, timeout)
         else:
             return self._start(call, algorithm, blocking, timeout, keep)
-        if refused.collective == "reduce":
-            self._refuse_reduce(refused.error, refused.sendbuf, refused.op, algorithm, blocking)
+        if refused.collective in ("reduce", "gather", "scatter"):
+            self._refuse_rooted(refused.collective, refused.error, refused.own, refused.op,
+                                algorithm, blocking)
         else:
             self._refuse(refused.collective, refused.error)
         raise refused.error
@@ -437,7 +438,13 @@ class Communicator(CommManagement):
         Raises:
             TypeError / ValueError, Timeout, PeerFailure, TruncationError.
         """
-        self._run(calls.gather, (sendbuf, recvbuf, root), algorithm, True, timeout)
+        # a repeat runs straight in the shared windows (see _again), kept under the root; a
+        # rank other than the root that passes no recvbuf is kept under its sendbuf alone
+        held = sendbuf if recvbuf is None and root != self.rank else recvbuf
+        if algorithm is None and self._again("gather", sendbuf, held, root, timeout):
+            return
+        self._run(calls.gather, (sendbuf, recvbuf, root), algorithm, True, timeout,
+                  (sendbuf, held, root))
 
     @observable("collective", start=True)
     def igather(self, sendbuf: Any, recvbuf: Any, root: int = 0, *,
@@ -478,7 +485,13 @@ class Communicator(CommManagement):
         Raises:
             TypeError / ValueError, Timeout, PeerFailure, TruncationError.
         """
-        self._run(calls.scatter, (sendbuf, recvbuf, root), algorithm, True, timeout)
+        # as gather's: a rank other than the root that passes no sendbuf is kept under its
+        # recvbuf alone
+        held = recvbuf if sendbuf is None and root != self.rank else sendbuf
+        if algorithm is None and self._again("scatter", held, recvbuf, root, timeout):
+            return
+        self._run(calls.scatter, (sendbuf, recvbuf, root), algorithm, True, timeout,
+                  (held, recvbuf, root))
 
     @observable("collective", start=True)
     def iscatter(self, sendbuf: Any, recvbuf: Any, root: int = 0, *,

@@ -285,35 +285,36 @@ class CollectiveCore(ObjectCollectives):
             except Timeout as exc:
                 raise Timeout(f"barrier #{tag & SEQ_MASK} on {self.name}: {exc}") from exc
 
-    def _refuse_reduce(self, exc: TypeError | ValueError, sendbuf: Any, op: OpLike,
-                       algorithm: str | None, blocking: bool) -> None:
+    def _refuse_rooted(self, collective: str, exc: TypeError | ValueError, own: Any,
+                       op: OpLike | None, algorithm: str | None, blocking: bool) -> None:
         """The root's buffers are wrong: refuse the call on every rank (see :meth:`_refuse`),
-        in the shared windows if that is where the others are (the root's own sendbuf tells
-        which path they took). The caller raises ``exc``."""
-        kind: tuple[Any, ...] | None = None  # the call's signature in the windows, if there
+        in the shared windows if that is where the others are. The root's own block (``own``:
+        a reduce's or gather's sendbuf, a scatter's recvbuf; ``op``: a reduce's) tells which
+        path they took; where it cannot (``IN_PLACE`` over a bad buffer), they are in the
+        windows if those take every size. The refusal there is unsigned: its sync compares call
+        numbers only, so a wrong size of the root's own is refused, not a mismatch. The caller
+        raises ``exc``."""
+        windows = False
         try:
-            sb = bufs.as_array(sendbuf, "sendbuf")
-            o = self._op(op, sb)
-            if self._choose("reduce", sb.nbytes, algorithm, commutative=o.commutative,
-                            blocking=blocking) == SHM:
-                kind = (sb.nbytes, (sb.dtype, o.name, self.rank))
+            c = True if op is None else ops.resolve(op).commutative
+            try:
+                b = bufs.as_array(own, "own")
+                if op is not None:
+                    self._op(op, b)
+                sizes: tuple[int, ...] = (b.nbytes,)
+            except (TypeError, ValueError):
+                if own is not IN_PLACE:
+                    raise
+                sizes = (0, 1 << 30)  # the others' size is unknown here
+            windows = all(self._choose(collective, n, algorithm, commutative=c,
+                                       blocking=blocking) == SHM for n in sizes)
         except (TypeError, ValueError):
-            if sendbuf is IN_PLACE:  # the bad recvbuf was the input: the others' size is
-                # unknown here, but they are in the windows if those take every size
-                try:
-                    c = ops.resolve(op).commutative
-                    windows = all(self._choose("reduce", n, algorithm, commutative=c,
-                                               blocking=blocking) == SHM for n in (0, 1 << 30))
-                except (TypeError, ValueError):
-                    windows = False  # an op or algorithm the others refuse themselves
-                if windows:
-                    kind = ()  # no size to compare: the refusal is what they see
-        if kind is None:
-            self._refuse("reduce", exc)
+            pass  # an op, buffer or algorithm the others refuse themselves
+        if not windows:
+            self._refuse(collective, exc)
             return
-        a = self._shm("reduce", None, *kind)
-        if not kind:
-            a.unsign()
+        a = self._shm(collective, None)
+        a.unsign()
         a.refuse(self._refusal(a.what, exc), type(exc))
 
     def _refusal(self, what: str, exc: BaseException) -> str:

@@ -240,7 +240,7 @@ def _direct(collective: str, windows: Model, crowded: bool = False) -> Model:
     if crowded:
         limit, race = SHM_DIRECT_CROWDED.get(collective, limit), math.inf
 
-    blocks = collective in ("alltoall", "reduce_scatter_block")  # the slots hold p blocks
+    blocks = collective in ("alltoall", "reduce_scatter_block", "scatter")  # slots: p blocks
     slots = _slots(collective)
 
     def m(p: int, n: float, seg: int) -> Work:
@@ -258,6 +258,12 @@ def _direct(collective: str, windows: Model, crowded: bool = False) -> Model:
         elif collective == "reduce_scatter_block":  # its block of every other rank's input
             direct = Work(0, 0, 0, SHM_COMBINE_CACHED * (p - 1) * n, 0, syncs=2,
                           read=(p - 1) * n, cached=(p - 1) * n)
+        elif collective in ("gather", "scatter"):
+            # the p-1 others each write (read) their block at once, where the linear schedule's
+            # root takes the messages one after another; the root copies its own block
+            # meanwhile (np=2, same job, 4 MiB blocks: 155-258 us against linear's 337-512;
+            # 16 and 64 MiB blocks a tie, 1.7-2.3 and 7.2-9.9 ms both)
+            direct = Work(0, 0, 0, 0, 0, syncs=2, read=n)
         else:
             direct = Work(0, 0, 0, 0, n, syncs=2, read=(p - 1) * n)
         if not race <= size < SHM_RACE_MAX:
@@ -285,6 +291,11 @@ def _shm_models(crowded: bool) -> dict[str, Model]:
             crowded),
         "alltoall": _direct("alltoall", _shm(2, 2.0, 0.0, per_rank=True, small=_slots("alltoall"),
                                              all_blocks=True, own=1.0), crowded),
+        # the root copies its own block and the p-1 others' (out of or into the windows)
+        "gather": _direct("gather", _shm(1, 1.0, 0.0, per_rank=True, small=_slots("gather"),
+                                         own=1.0), crowded),
+        "scatter": _direct("scatter", _shm(1, 1.0, 0.0, per_rank=True, small=_slots("scatter"),
+                                           all_blocks=True, own=1.0), crowded),
     }
 
 

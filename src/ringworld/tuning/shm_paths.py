@@ -43,13 +43,14 @@ import math
 from ringworld.algorithms.shm_policy import Policy
 
 _DIRECT = {"allreduce": 8 << 20, "bcast": 1 << 20, "allgather": 512 << 10,
-           "alltoall": 1 << 20, "reduce_scatter_block": 512 << 10}
+           "alltoall": 1 << 20, "reduce_scatter_block": 512 << 10, "gather": 512 << 10,
+           "scatter": 512 << 10}
 
 #: the measured policy (see the module docstring)
 DEFAULT = Policy(
     direct=_DIRECT,
     direct_crowded={"alltoall": 4 << 20, "allgather": 2 << 20,
-                    "reduce_scatter_block": math.inf},
+                    "reduce_scatter_block": math.inf, "gather": 2 << 20, "scatter": 2 << 20},
     race_min={c: _DIRECT[c] // 2 for c in ("alltoall", "allgather", "reduce_scatter_block")},
     race_max=8 << 20,
 )
