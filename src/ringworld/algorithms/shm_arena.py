@@ -10,7 +10,6 @@ paths where its :class:`~ringworld.algorithms.shm_policy.Policy` says so.
 
 from __future__ import annotations
 
-import math
 import os
 import weakref
 import zlib
@@ -22,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ringworld.algorithms.shm_policy import CHUNK, DIRECT, EAGER_MAX, RACED, SLOT, Policy
+from ringworld.algorithms.shm_race import _Race
 from ringworld.errors import CommBroken, CommError, MismatchError, PeerFailure, TransportError
 
 if TYPE_CHECKING:
@@ -36,13 +36,6 @@ MAX_RANKS = HEADER // 8 - 64  # one header word per peer (consumed counters from
 # is handed (ringworld.tuning.shm_paths.DEFAULT: the measured sizes, and why)
 RACE_ALLTOALL, RACE_ALLGATHER, RACE_REDUCE_SCATTER = 0, 1, 2  # indices: RACED order
 RACE_WORD = 16  # header words 16..21: rank 0's picks, by collective and call parity
-RACE_KEEP = 3  # times kept per path: the estimate is their median
-RACE_TRY = 2  # calls of a try of the slower path
-RACE_FIRST, RACE_LAST = 4, 256  # calls between tries (growing while the tried path loses)
-# a lost try sets the gap to at least what keeps the tries' expected cost under this fraction
-# of the time (np=2 alltoall at 16-64 MiB, where the windows took 2x the direct path's time:
-# 10 of 165 calls on the windows with plain doubling up to 64, a 6% loss; now 4)
-RACE_COST = 0.02
 # broadcasts of up to EAGER_MAX bytes go through a ring of this many entries (EAGER_MAX bytes
 # each) in the root's window, without a sync: the root returns once its data is in the ring
 # (see Arena.eager_bcast)
@@ -136,7 +129,7 @@ class Arena:
                        for v in views]
         self._ring = [np.frombuffer(v, dtype=np.uint8, count=EAGER_RING * EAGER_MAX,
                                     offset=base + 2 * span) for v in views]
-        self._ring_cache: dict[tuple[int, int, np.dtype[Any], int], Array] = {}
+        self._ring_cache: dict[tuple[int, int, np.dtype[Any], int, int], Array] = {}
         self._others = [v for i, v in enumerate(self._ctr) if i != comm.rank]
         self._wake = comm.waker()  # wakes peers asleep on their counters (see arrive)
         self._ring_done = 0  # every rank has finished the eager broadcasts up to this one
@@ -463,8 +456,10 @@ class Arena:
                     f"call or made one more); per rank, its call number: "
                     + ", ".join(f"rank {i}: #{c[sq]}" for i, c in enumerate(self._ctr)))
 
-    def eager_bcast(self, buf: Array, root: int) -> None:
-        """Broadcast ``buf`` (at most EAGER_MAX bytes) through ``root``'s ring, without a sync.
+    def eager_bcast(self, buf: Array, root: int, skip: int = 0) -> None:
+        """Broadcast ``buf`` (at most EAGER_MAX bytes) through ``root``'s ring, without a sync;
+        with ``skip``, a rank other than the root takes the ``buf.size`` elements that follow
+        the first ``skip`` of the root's data (a scatter: the root's ``buf`` holds them all).
 
         Broadcast number s (counted alike on every rank) uses entry s % EAGER_RING of the
         root's ring. The root waits until every rank has finished broadcast s - EAGER_RING
@@ -526,6 +521,9 @@ class Arena:
             got = src[word]
             if got != stamp:
                 self._check_failed()
+                if src[SEQ_WORD + ((self._epoch + 1) & 1)] == self._seq | REFUSED:
+                    self.sync()  # the root refused the call at a sync (see refuse): join it,
+                    # which raises the refusal and keeps the syncs in step
                 if got >> 32 != want:
                     raise MismatchError(
                         f"{self.what}: rank {root}, its root, went on to another collective "
@@ -533,7 +531,7 @@ class Arena:
                 raise MismatchError(
                     f"{self.what}: rank {root} broadcast something else (size, type or root "
                     f"differ: signature {got & 0xFFFFFFFF:08x} against this rank's {mark:08x})")
-            buf[...] = self._entry(root, e, buf)
+            buf[...] = self._entry(root, e, buf, skip)
         self._mine[EAGER_DONE] = s
         self._bseq = s
         self._bhash = (self._bhash * 1000003 + (root + 1) * 0x9E3779B1 + mark) & SEQ_MASK
@@ -549,14 +547,15 @@ class Arena:
                              f"rank(s) to take broadcast {need} out of the ring")
         self._ring_done = min(c[EAGER_DONE] for c in ctr)
 
-    def _entry(self, rank: int, e: int, like: Array) -> Array:
-        """Entry ``e`` of ``rank``'s eager ring, as ``like``'s dtype and size (cached)."""
-        key = (rank, e, like.dtype, like.size)
+    def _entry(self, rank: int, e: int, like: Array, skip: int = 0) -> Array:
+        """Entry ``e`` of ``rank``'s eager ring, as ``like``'s dtype and size, from element
+        ``skip`` on (cached)."""
+        key = (rank, e, like.dtype, like.size, skip)
         view = self._ring_cache.get(key)
         if view is None:
             if len(self._ring_cache) > 1024:
                 self._ring_cache.clear()
-            lo = e * EAGER_MAX
+            lo = e * EAGER_MAX + skip * like.itemsize
             view = self._ring_cache[key] = self._ring[rank][lo : lo + like.nbytes].view(
                 like.dtype)
         return view
@@ -727,71 +726,6 @@ def _peer_left(how: int, first: int, text: str, what: str, seq: int) -> CommErro
                    f"{text}")
     setattr(exc, "first_failure", (how, first, text))  # noqa: B010 (no such field in the class)
     return exc
-
-
-class _Race:
-    """Rank 0's times of the two paths of one collective at one size class (see Arena.race).
-
-    Calls take the best path; every ``gap`` calls (RACE_FIRST, at least doubling while the other
-    keeps losing, and long enough that tries cost at most RACE_COST of the time, up to
-    RACE_LAST) a *try* runs RACE_TRY calls of the other, which takes over if their mean beats
-    the median of the best's last RACE_KEEP times by 10%. A try also starts at
-    once when the best's median grows past the other's last known median (the machine slowed
-    the best down).
-    """
-
-    __slots__ = ("best", "default", "fresh", "gap", "times", "trying", "wait")
-
-    def __init__(self, default: bool) -> None:
-        self.default = default
-        self.best = default
-        self.times: tuple[list[float], list[float]] = ([], [])  # window path, direct path
-        self.wait = RACE_TRY  # calls of the best path before the next try
-        self.gap = RACE_FIRST
-        self.trying = 0  # calls of the running try planned so far (0: none running)
-        self.fresh: list[float] = []  # the running try's times
-
-    def plan(self) -> bool:
-        """The path of the next call (True: direct); call once per call, in order."""
-        if 0 < self.trying < RACE_TRY:
-            self.trying += 1
-            return not self.best
-        if self.trying:  # the try is planned in full: back to the best (add() may change it)
-            self.trying = 0
-            self.wait = self.gap
-        if self.wait <= 0:
-            self.trying = 1
-            self.fresh = []
-            return not self.best
-        self.wait -= 1
-        return self.best
-
-    def add(self, direct: bool, seconds: float) -> None:
-        """Record the time of a call that took path ``direct`` (calls in the order planned)."""
-        t = self.times[direct]
-        t.append(seconds)
-        if len(t) > RACE_KEEP:
-            del t[0]
-        if direct != self.best:
-            self.fresh.append(seconds)
-            if len(self.fresh) < RACE_TRY:
-                return
-            ratio = sum(self.fresh) / len(self.fresh) / _median(self.times[self.best])
-            self.fresh = []
-            if ratio < 0.9:
-                self.best = direct
-                self.gap = RACE_FIRST
-            else:  # a try costs RACE_TRY * (ratio - 1) calls' time: spread it over the gap
-                self.gap = min(max(2 * self.gap, math.ceil(RACE_TRY * (ratio - 1) / RACE_COST)),
-                               RACE_LAST)
-            self.wait = self.gap
-        elif self.times[not direct] and not self.trying and (
-                0.9 * _median(t) > _median(self.times[not direct])):
-            self.wait = 0
-
-
-def _median(t: list[float]) -> float:
-    return sorted(t)[len(t) // 2]
 
 
 def _addr(a: Array) -> int:

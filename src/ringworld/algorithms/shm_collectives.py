@@ -68,14 +68,11 @@ from ringworld.algorithms.shm_arena import (
     MAX_RANKS,
     RACE_ALLGATHER,
     RACE_ALLTOALL,
-    RACE_COST,
-    RACE_LAST,
     RACE_REDUCE_SCATTER,
-    RACE_TRY,
     Arena,
-    _Race,
 )
 from ringworld.algorithms.shm_policy import CHUNK, DIRECT, EAGER_MAX, RACED, SLOT, SMALL, Policy
+from ringworld.algorithms.shm_race import RACE_COST, RACE_LAST, RACE_TRY, _Race
 from ringworld.comm.ops import Op
 from ringworld.errors import MismatchError
 
@@ -588,20 +585,19 @@ def gather(a: Arena, send: Array, recv: Array, op: Op | None = None, root: int =
 
 
 def scatter(a: Arena, send: Array, recv: Array, op: Op | None = None, root: int = 0) -> None:
-    """Block i of the root's ``send`` into rank i's ``recv``: through the root's slot (one
-    sync) where all p blocks fit, read straight out of the root's ``send`` when large, else
-    through the root's windows a chunk of every block at a time."""
+    """Block i of the root's ``send`` into rank i's ``recv``: through the root's eager ring
+    (no sync: the root returns once its data is there, as a small broadcast's) where all p
+    blocks fit an entry, read straight out of the root's ``send`` when large, else through the
+    root's windows a chunk of every block at a time."""
     p, r = a.chan.size, a.chan.rank
     dt = recv.dtype
     n = recv.size
-    if recv.nbytes * p <= a.small:
-        sl = a.slots(a.next_parity(), dt, p * n)
+    if recv.nbytes * p <= EAGER_MAX:
         if r == root:
-            sl[r][...] = send
+            a.eager_bcast(send, root)
             recv[...] = send[r * n : (r + 1) * n]  # (its own place when in place: harmless)
-        a.sync()
-        if r != root:
-            recv[...] = sl[root][r * n : (r + 1) * n]
+        else:
+            a.eager_bcast(recv, root, r * n)
         return
     if a.direct and recv.nbytes >= a.direct_min["scatter"]:
         if r == root:

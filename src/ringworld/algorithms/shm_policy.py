@@ -81,9 +81,9 @@ class Policy:
         """Bytes up to which a call of ``collective`` on ``p`` ranks takes the one-sync slots:
         of the vector for allreduce and reduce (while p of them are at most COMBINE_ALL, and up
         to SMALL whatever p), of one block for allgather and gather, of the send buffer for
-        alltoall, reduce_scatter_block and scatter (the root's: p blocks); a bcast takes the
-        eager ring, no sync, up to EAGER_MAX."""
-        if collective == "bcast":
+        alltoall and reduce_scatter_block; a bcast takes the eager ring, no sync, up to
+        EAGER_MAX, and so does a scatter whose root's send buffer (p blocks) fits that."""
+        if collective in ("bcast", "scatter"):
             return EAGER_MAX
         cap = min(self.slot_max, SLOT)
         if collective in ("allreduce", "reduce"):

@@ -1,0 +1,82 @@
+"""Rank 0's record of the two paths of a raced shared-memory collective (see
+:meth:`ringworld.algorithms.shm_arena.Arena.race`): which is faster, and when to try the other.
+"""
+
+from __future__ import annotations
+
+import math
+
+__all__ = ["RACE_COST", "RACE_FIRST", "RACE_KEEP", "RACE_LAST", "RACE_TRY", "_Race"]
+
+RACE_KEEP = 3  # times kept per path: the estimate is their median
+RACE_TRY = 2  # calls of a try of the slower path
+RACE_FIRST, RACE_LAST = 4, 256  # calls between tries (growing while the tried path loses)
+# a lost try sets the gap to at least what keeps the tries' expected cost under this fraction
+# of the time (np=2 alltoall at 16-64 MiB, where the windows took 2x the direct path's time:
+# 10 of 165 calls on the windows with plain doubling up to 64, a 6% loss; now 4)
+RACE_COST = 0.02
+
+
+class _Race:
+    """Rank 0's times of the two paths of one collective at one size class (see Arena.race).
+
+    Calls take the best path; every ``gap`` calls (RACE_FIRST, at least doubling while the other
+    keeps losing, and long enough that tries cost at most RACE_COST of the time, up to
+    RACE_LAST) a *try* runs RACE_TRY calls of the other, which takes over if their mean beats
+    the median of the best's last RACE_KEEP times by 10%. A try also starts at
+    once when the best's median grows past the other's last known median (the machine slowed
+    the best down).
+    """
+
+    __slots__ = ("best", "default", "fresh", "gap", "times", "trying", "wait")
+
+    def __init__(self, default: bool) -> None:
+        self.default = default
+        self.best = default
+        self.times: tuple[list[float], list[float]] = ([], [])  # window path, direct path
+        self.wait = RACE_TRY  # calls of the best path before the next try
+        self.gap = RACE_FIRST
+        self.trying = 0  # calls of the running try planned so far (0: none running)
+        self.fresh: list[float] = []  # the running try's times
+
+    def plan(self) -> bool:
+        """The path of the next call (True: direct); call once per call, in order."""
+        if 0 < self.trying < RACE_TRY:
+            self.trying += 1
+            return not self.best
+        if self.trying:  # the try is planned in full: back to the best (add() may change it)
+            self.trying = 0
+            self.wait = self.gap
+        if self.wait <= 0:
+            self.trying = 1
+            self.fresh = []
+            return not self.best
+        self.wait -= 1
+        return self.best
+
+    def add(self, direct: bool, seconds: float) -> None:
+        """Record the time of a call that took path ``direct`` (calls in the order planned)."""
+        t = self.times[direct]
+        t.append(seconds)
+        if len(t) > RACE_KEEP:
+            del t[0]
+        if direct != self.best:
+            self.fresh.append(seconds)
+            if len(self.fresh) < RACE_TRY:
+                return
+            ratio = sum(self.fresh) / len(self.fresh) / _median(self.times[self.best])
+            self.fresh = []
+            if ratio < 0.9:
+                self.best = direct
+                self.gap = RACE_FIRST
+            else:  # a try costs RACE_TRY * (ratio - 1) calls' time: spread it over the gap
+                self.gap = min(max(2 * self.gap, math.ceil(RACE_TRY * (ratio - 1) / RACE_COST)),
+                               RACE_LAST)
+            self.wait = self.gap
+        elif self.times[not direct] and not self.trying and (
+                0.9 * _median(t) > _median(self.times[not direct])):
+            self.wait = 0
+
+
+def _median(t: list[float]) -> float:
+    return sorted(t)[len(t) // 2]
