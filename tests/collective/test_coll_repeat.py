@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from coll_support import AFFINE, AFFINE_OP, affine
 
 import ringworld
 from ringworld.testing import run_processes
@@ -422,4 +423,55 @@ def _rooted_repeat(comm: ringworld.Communicator) -> list[str]:
 @pytest.mark.parametrize("size", [1, 2, 3])
 def test_repeated_small_gather_and_scatter(size: int) -> None:
     results = run_processes(size, _rooted_repeat, transport="shm", timeout=60)
+    assert [e for errs in results for e in errs] == []
+
+
+def _scan_repeat(comm: ringworld.Communicator) -> list[str]:
+    """scan and exscan repeated on the same arrays, in place and not, with the op changing
+    between calls (a non-commutative one among them: combined in rank order); exscan leaves
+    rank 0's recvbuf untouched."""
+    p, r = comm.size, comm.rank
+    errors: list[str] = []
+    n = 7
+    send = np.empty(n, dtype=np.int64)
+    recv = np.empty(n, dtype=np.int64)
+    for k in range(12):
+        op = ringworld.MAX if k % 3 == 2 else ringworld.SUM
+        inputs = [np.arange(n) * 5 + i * 100 + k for i in range(p)]
+        send[:] = inputs[r]
+        for kind in ("scan", "exscan"):
+            last = r if kind == "scan" else r - 1
+            recv[:] = -7
+            if k % 4 == 3:  # in place
+                recv[:] = inputs[r]
+                getattr(comm, kind)(ringworld.IN_PLACE, recv, op)
+            else:
+                getattr(comm, kind)(send, recv, op)
+            if last < 0:
+                want = recv if k % 4 == 3 else np.full(n, -7)  # untouched
+            else:
+                part = inputs[: last + 1]
+                want = sum(part) if op is ringworld.SUM else np.max(part, axis=0)
+            if not np.array_equal(recv, want):
+                errors.append(f"{kind} {k} ({op.name}) rank {r}: {recv} != {want}")
+    maps = np.empty(n, dtype=AFFINE)
+    maps["m"], maps["c"] = np.arange(n) % 5 + r + 1, np.arange(n) * 3 + r
+    want_maps = None
+    for i in range(r + 1):
+        m = np.empty(n, dtype=AFFINE)
+        m["m"], m["c"] = np.arange(n) % 5 + i + 1, np.arange(n) * 3 + i
+        want_maps = m if want_maps is None else affine(want_maps, m)
+    got = np.empty(n, dtype=AFFINE)
+    for _ in range(3):
+        comm.scan(maps, got, AFFINE_OP)
+        if not np.array_equal(got, want_maps):
+            errors.append(f"scan of a non-commutative op rank {r}")
+    if p > 1 and comm.last_algorithm != "shm":
+        errors.append(f"small scan ran {comm.last_algorithm}, not shm")
+    return errors
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 5])
+def test_repeated_small_scan_and_exscan(size: int) -> None:
+    results = run_processes(size, _scan_repeat, transport="shm", timeout=60)
     assert [e for errs in results for e in errs] == []

@@ -721,6 +721,26 @@ def _repeats(_: object) -> int:
         part = np.zeros(n, "i8")
         comm.Reduce_scatter_block(data(r, n * p, "i8", salt), part, MPI.SUM)
         eq(part, sum(data(q, n * p, "i8", salt) for q in range(p))[r * n:(r + 1) * n])
+        # Gather and Scatter: off the root the unused buffer is None in odd rounds (kept under
+        # the other one), an ignored array in even ones (left untouched)
+        whole = typed(np.full(n * p, -1.0, "f4")) if r == root or salt % 2 == 0 else None
+        comm.Gather(send, whole, root)
+        if r == root:
+            eq(whole.view("f4"), np.concatenate([own("f4", q, n) for q in range(p)]))
+        elif whole is not None:
+            eq(whole.view("f4"), np.full(n * p, -1.0, "f4"))
+        src = typed(data(root, n * p, "f4", salt)) if r == root or salt % 2 == 0 else None
+        mine = typed(np.zeros(n, "f4"))
+        comm.Scatter(src, mine, root)
+        eq(mine.view("f4"), data(root, n * p, "f4", salt)[r * n:(r + 1) * n])
+        if src is not None:
+            eq(src.view("f4"), data(root, n * p, "f4", salt))
+        prefix = np.full(n, -1.0)
+        comm.Scan(x, prefix, MPI.SUM)
+        eq(prefix, sum(data(q, n, "f8", salt) for q in range(r + 1)))
+        prefix[:] = -1.0
+        comm.Exscan(x, prefix, MPI.MAX)
+        eq(prefix, data(r - 1, n, "f8", salt) if r else np.full(n, -1.0))
         checks += 1
 
     gathered = np.zeros(n * p, "f4")
@@ -734,6 +754,8 @@ def _repeats(_: object) -> int:
         assert isinstance(kept["allgather"][2], AdapterKey), kept["allgather"]
         assert isinstance(kept["allreduce"][2], AdapterKey), kept["allreduce"]
         assert isinstance(kept["reduce"][2][0], AdapterKey), kept["reduce"]
+        for coll in ("gather", "scatter", "scan", "exscan"):
+            assert isinstance(kept[coll][2], AdapterKey), kept[coll]
     # mpi4py's common form, [array, datatype] (a new list each call): repeats run no checks
     f4, f8, i8 = MPI.FLOAT, MPI.DOUBLE, MPI.INT64_T
     runs: list[Any] = []
@@ -766,6 +788,15 @@ def _repeats(_: object) -> int:
         part = np.zeros(n, "i8")
         comm.Reduce_scatter_block([data(r, n * p, "i8", time), i8], [part, i8], MPI.SUM)
         eq(part, sum(data(q, n * p, "i8", time) for q in range(p))[r * n:(r + 1) * n])
+        whole = np.zeros(n * p, "f4")
+        comm.Gather([send, f4], [whole, f4] if r == 0 else None, 0)
+        if r == 0:
+            eq(whole, np.concatenate([data(q, n, "f4", time) for q in range(p)]))
+        mine = np.zeros(n, "f4")
+        comm.Scatter([blocks, f4] if r == 0 else None, [mine, f4], 0)
+        eq(mine, data(0, n * p, "f4", time)[r * n:(r + 1) * n])
+        comm.Scan([x, f8], [total, f8], MPI.SUM)
+        eq(total, sum(data(q, n, "f8", time) for q in range(r + 1)))
         checks += 1
     del native._run
     if native._arena is not None:

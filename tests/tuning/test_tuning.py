@@ -66,8 +66,8 @@ def test_forced_choices_and_their_errors() -> None:
         Selector(constants.DEFAULTS, (("allreduce", "nonsense"),))
     with pytest.raises(ValueError, match="shm"):
         s.choose("allreduce", 4, 8, "tcp", "shm")
-    with pytest.raises(ValueError, match="not an algorithm of scan; choose one of linear"):
-        s.choose("scan", 4, 8, "shm", "shm", shm=True)
+    with pytest.raises(ValueError, match="not an algorithm of allgatherv; choose one of linear"):
+        s.choose("allgatherv", 4, 8, "shm", "shm", shm=True)
     assert set(SHM_MODELS) <= set(REGISTRY)
 
 

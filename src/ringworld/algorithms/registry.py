@@ -90,7 +90,7 @@ REGISTRY: dict[str, dict[str, Algorithm]] = {
 COLLECTIVES = tuple(REGISTRY)
 #: the collectives with a direct (shared-memory) algorithm
 DIRECT_COLLECTIVES = ("barrier", "allreduce", "reduce", "bcast", "allgather",
-                      "reduce_scatter_block", "alltoall", "gather", "scatter")
+                      "reduce_scatter_block", "alltoall", "gather", "scatter", "scan", "exscan")
 _OTHER: dict[str, dict[str, Algorithm]] = {
     c: {SHM: A(SHM, _no_schedule, equal_blocks_only=True, kind=DIRECT, blocking_only=True)}
     for c in DIRECT_COLLECTIVES}

@@ -79,7 +79,7 @@ from ringworld.errors import MismatchError
 __all__ = ["CHUNK", "DIRECT", "EAGER_MAX", "EAGER_RING", "MAX_RANKS", "RACED", "RACE_COST",
            "RACE_LAST", "RACE_TRY", "RUN", "SLOT", "SMALL", "Arena", "Policy", "_Race",
            "allgather", "allreduce", "alltoall", "barrier", "bcast", "gather", "reduce",
-           "reduce_scatter_block", "scatter"]
+           "reduce_scatter_block", "scan", "scatter"]
 
 Array = np.ndarray[Any, Any]
 
@@ -620,10 +620,43 @@ def scatter(a: Arena, send: Array, recv: Array, op: Op | None = None, root: int 
     a.sync()  # every rank has read the root's areas
 
 
+def scan(a: Arena, send: Array, recv: Array, op: Op, root: int = 0,
+         exclusive: bool = False) -> None:
+    """Prefix reduction in rank order: rank r's ``recv`` = the inputs of ranks 0..r combined
+    (``exclusive``: of ranks 0..r-1; rank 0's ``recv`` untouched). Every rank publishes its
+    input (a small one in its slot, one sync; larger ones a chunk at a time in its area 0, two
+    syncs a chunk) and combines those of the ranks before it itself. Cost on rank r: r
+    combining passes, where the chain makes rank r wait for r hops."""
+    r = a.chan.rank
+    dt = recv.dtype
+    k = r if exclusive else r + 1  # inputs to combine: of ranks 0..k-1
+    if recv.nbytes <= a.small_reduce:
+        slot = a.slots(a.next_parity(), dt, recv.size)
+        slot[r][...] = send
+        a.sync()
+        _prefix(op, recv, slot[:k])
+        return
+    for c0, m in _parts(recv.size, a.chunk // dt.itemsize):
+        a.place(0, send[c0:])
+        np.copyto(a.area(r, 0, dt, m), send[c0 : c0 + m])
+        a.sync()
+        _prefix(op, recv[c0 : c0 + m], [a.area(i, 0, dt, m) for i in range(k)])
+        a.sync()  # every rank has read this chunk of every area
+
+
+def _prefix(op: Op, dst: Array, ins: Sequence[Array]) -> None:
+    """``dst`` = ``ins`` combined in order (none: ``dst`` untouched); ``dst`` overlaps none."""
+    if len(ins) == 1:
+        dst[...] = ins[0]
+    elif ins:
+        _combine_in_rank_order(op, dst, ins)
+
+
 #: The direct kind's entries, each run as ``run(arena, send, recv, op, root)`` (an argument a
 #: collective does not use is ignored: one signature, so a caller runs any without adapting).
 RUN: dict[str, Callable[..., None]] = {
     "bcast": bcast, "reduce": reduce, "allreduce": allreduce,
     "reduce_scatter_block": reduce_scatter_block, "allgather": allgather, "alltoall": alltoall,
-    "gather": gather, "scatter": scatter,
+    "gather": gather, "scatter": scatter, "scan": scan,
+    "exscan": partial(scan, exclusive=True),
 }

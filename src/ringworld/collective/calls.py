@@ -166,7 +166,7 @@ def scan(f: Frame, coll: str, sendbuf: Any, recvbuf: Any, op: Any) -> Call:
     bufs.check_len(rb, sb.size, "recvbuf", "the size of sendbuf")
     o = f._op(op, rb)
     return Call(coll, Spec(f.size, f.rank, rb.size, commutative=o.commutative), (sb, rb), o,
-                rb.nbytes, in_place=sendbuf is IN_PLACE)
+                rb.nbytes, shared=(rb.nbytes, (rb.dtype, o.name)), in_place=sendbuf is IN_PLACE)
 
 
 def gather(f: Frame, sendbuf: Any, recvbuf: Any, root: int) -> Call:

@@ -402,7 +402,10 @@ class Communicator(CommManagement):
         Raises:
             TypeError / ValueError, Timeout, PeerFailure, TruncationError.
         """
-        self._run(calls.scan, ("scan", sendbuf, recvbuf, op), algorithm, True, timeout)
+        if algorithm is None and self._again("scan", sendbuf, recvbuf, op, timeout):
+            return
+        self._run(calls.scan, ("scan", sendbuf, recvbuf, op), algorithm, True, timeout,
+                  (sendbuf, recvbuf, op))
 
     @observable("collective", start=True)
     def iscan(self, sendbuf: Any, recvbuf: Any, op: OpLike = ops.SUM, *,
@@ -418,7 +421,10 @@ class Communicator(CommManagement):
         Raises:
             TypeError / ValueError, Timeout, PeerFailure, TruncationError.
         """
-        self._run(calls.scan, ("exscan", sendbuf, recvbuf, op), algorithm, True, timeout)
+        if algorithm is None and self._again("exscan", sendbuf, recvbuf, op, timeout):
+            return
+        self._run(calls.scan, ("exscan", sendbuf, recvbuf, op), algorithm, True, timeout,
+                  (sendbuf, recvbuf, op))
 
     @observable("collective", start=True)
     def iexscan(self, sendbuf: Any, recvbuf: Any, op: OpLike = ops.SUM, *,

@@ -85,6 +85,20 @@ def _root_key(root: Any) -> AdapterKey | None:
     return key
 
 
+_MOVED_ROOTS: dict[int, AdapterKey] = {}  # Gather's and Scatter's, per root: byte views
+
+
+def _moved_root_key(root: Any) -> AdapterKey | None:
+    """Gather's and Scatter's key for ``root`` (they run on byte views, as Allgather), or None
+    (a root that is not an int: the checks say why)."""
+    if type(root) is not int:
+        return None
+    key = _MOVED_ROOTS.get(root)
+    if key is None and len(_MOVED_ROOTS) < 4096:
+        key = _MOVED_ROOTS[root] = AdapterKey(("root", root), True)
+    return key
+
+
 def _op_key(op: Any) -> AdapterKey | None:
     """A reduction's key for a predefined ``op``, else None."""
     key = _OP_KEYS.get(id(op))
@@ -230,7 +244,21 @@ class Collectives:
 
     def Gather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
         """Collect every process's ``sendbuf`` into block i (from rank i) of ``recvbuf`` at root."""
-        self._native.gather(*self._gather(sendbuf, recvbuf, root, "Gather"))
+        n = self._native
+        key = _MOVED_ROOTS.get(root) if type(root) is int else None
+        key = key or _moved_root_key(root)
+        if key is None or hooks.observing:
+            n.gather(*self._gather(sendbuf, recvbuf, root, "Gather"))
+            return
+        # kept as the native gather: off the root, a missing recvbuf under the sendbuf alone
+        held = sendbuf if recvbuf is None and root != n.rank else recvbuf
+        if (n._again("gather", sendbuf, held, key, None) if type(held) is np.ndarray
+                else _again_specs(n, "gather", sendbuf, held, key)):
+            return
+        args = self._gather(sendbuf, recvbuf, root, "Gather")
+        if not _keep(n, calls.gather, args, plain_array(sendbuf, False), plain_array(held, True),
+                     key):
+            n.gather(*args)
 
     def Igather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:
         """Start a gather."""
@@ -266,7 +294,21 @@ class Collectives:
 
     def Scatter(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
         """Send block i of ``sendbuf`` at root to ``recvbuf`` of rank i."""
-        self._native.scatter(*self._scatter(sendbuf, recvbuf, root, "Scatter"))
+        n = self._native
+        key = _MOVED_ROOTS.get(root) if type(root) is int else None
+        key = key or _moved_root_key(root)
+        if key is None or hooks.observing:
+            n.scatter(*self._scatter(sendbuf, recvbuf, root, "Scatter"))
+            return
+        # kept as the native scatter: off the root, a missing sendbuf under the recvbuf alone
+        held = recvbuf if sendbuf is None and root != n.rank else sendbuf
+        if (n._again("scatter", held, recvbuf, key, None) if type(recvbuf) is np.ndarray
+                else _again_specs(n, "scatter", held, recvbuf, key)):
+            return
+        args = self._scatter(sendbuf, recvbuf, root, "Scatter")
+        if not _keep(n, calls.scatter, args, plain_array(held, False),
+                     plain_array(recvbuf, True), key):
+            n.scatter(*args)
 
     def Iscatter(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:
         """Start a scatter."""
@@ -579,9 +621,24 @@ class IntraCollectives(Collectives):
         r = recv_message(recvbuf, f"{where}(recvbuf)")
         return _reduce_input(sendbuf, r, where), r.array(), buffer_op(op, r.datatype)
 
+    def _prefix(self, coll: str, sendbuf: Any, recvbuf: Any, op: Any, where: str) -> None:
+        """Scan or Exscan (``coll``), repeated as Allreduce is."""
+        n = self._native
+        key = _OP_KEYS.get(id(op))
+        if key is not None and not hooks.observing and (
+                n._again(coll, sendbuf, recvbuf, key, None) if type(recvbuf) is np.ndarray
+                else _again_specs(n, coll, sendbuf, recvbuf, key)):
+            return
+        run = n.scan if coll == "scan" else n.exscan
+        fast = _plain_reduction(sendbuf, recvbuf, op)
+        if fast is None:
+            run(*self._scan(sendbuf, recvbuf, op, where))
+        elif not _keep(n, calls.scan, (coll, *fast), fast[0], fast[1], _op_key(op)):
+            run(*fast)  # the user's own arrays: the native repeat path can see them
+
     def Scan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> None:
         """Inclusive prefix reduction: rank i gets ``op`` over ranks 0..i."""
-        self._native.scan(*self._scan(sendbuf, recvbuf, op, "Scan"))
+        self._prefix("scan", sendbuf, recvbuf, op, "Scan")
 
     def Iscan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> Request:
         """Start a scan."""
@@ -589,7 +646,7 @@ class IntraCollectives(Collectives):
 
     def Exscan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> None:
         """Exclusive prefix reduction: rank i gets ``op`` over ranks 0..i-1 (rank 0: untouched)."""
-        self._native.exscan(*self._scan(sendbuf, recvbuf, op, "Exscan"))
+        self._prefix("exscan", sendbuf, recvbuf, op, "Exscan")
 
     def Iexscan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> Request:
         """Start an exscan."""

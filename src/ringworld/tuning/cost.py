@@ -277,6 +277,19 @@ def _slots(collective: str) -> Callable[[int], float]:
     return lambda p: shm_paths.DEFAULT.small(collective, p)
 
 
+def _shm_scan(collective: str) -> Model:
+    """The shared-memory scan: every rank publishes its input (in its slot, one sync, while
+    it fits ``Policy.small``; else a chunk at a time through its area, two syncs a chunk) and
+    the last rank combines all p of them: p-1 combining passes."""
+    slots = _slots(collective)
+
+    def m(p: int, n: float, seg: int) -> Work:
+        if n <= slots(p):
+            return Work(0, 0, 0, (p - 1) * n, n, syncs=1)
+        return Work(0, 0, 0, (p - 1) * n, n, syncs=2 * max(1, math.ceil(n / SHM_CHUNK)))
+    return m
+
+
 def _shm_models(crowded: bool) -> dict[str, Model]:
     return {
         "barrier": lambda p, n, s: Work(0, 0, 0, syncs=1),
@@ -296,6 +309,8 @@ def _shm_models(crowded: bool) -> dict[str, Model]:
                                          own=1.0), crowded),
         "scatter": _direct("scatter", _shm(1, 1.0, 0.0, per_rank=True, small=_slots("scatter"),
                                            all_blocks=True, own=1.0), crowded),
+        "scan": _shm_scan("scan"),
+        "exscan": _shm_scan("exscan"),
     }
 
 
