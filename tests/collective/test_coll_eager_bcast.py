@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import ringworld
+from ringworld import runtime
 from ringworld.algorithms import shm_collectives as shm
 from ringworld.testing import run_processes
 
@@ -108,6 +109,10 @@ def _mismatch_job(comm: ringworld.Communicator, kind: str) -> str:
                 comm.bcast(buf, root=0, timeout=10)
             else:
                 comm.allreduce(buf, np.empty(8), timeout=10)
+        elif kind == "gather roots":  # small gathers take the rings too (here: crowded)
+            comm.gather(buf, np.empty(16), root=r, timeout=10)
+        elif kind == "gather size":
+            comm.gather(np.arange(8.0 + r), np.empty(16) if r == 0 else None, timeout=10)
         # a root that returned at once learns of it in its next synced call, where the ranks'
         # broadcasts are compared (or its peer is gone by then)
         comm.allreduce(np.ones(2), np.empty(2), timeout=10)
@@ -118,8 +123,11 @@ def _mismatch_job(comm: ringworld.Communicator, kind: str) -> str:
         return f"peer failure: {exc}"
 
 
-@pytest.mark.parametrize("kind", ["roots", "count", "size", "collective"])
-def test_disagreements_fail_as_mismatches(kind: str) -> None:
+@pytest.mark.parametrize("kind", ["roots", "count", "size", "collective", "gather roots",
+                                  "gather size"])
+def test_disagreements_fail_as_mismatches(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    if kind.startswith("gather"):  # small gathers take the rings where ranks share cores:
+        monkeypatch.setattr(runtime, "usable_cpus", lambda: 1)  # (inherited by the ranks)
     results = run_processes(2, _mismatch_job, kind, timeout=60)
     assert any(res.startswith("mismatch:") for res in results), results
     assert all(res.startswith(("mismatch:", "peer failure:")) for res in results), results
@@ -133,6 +141,8 @@ def test_disagreements_fail_as_mismatches(kind: str) -> None:
         assert "broadcast something else" in results[1], results
     if kind == "collective":  # the reader finds the root went on to a synced call
         assert "without making this broadcast" in results[1], results
+    if kind.startswith("gather"):  # a root finds the other's block is another call's
+        assert any("sent something else" in res for res in results), results
 
 
 def _stalled_job(comm: ringworld.Communicator, who: str) -> str:

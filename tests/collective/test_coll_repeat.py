@@ -15,6 +15,7 @@ import pytest
 from coll_support import AFFINE, AFFINE_OP, affine
 
 import ringworld
+from ringworld import runtime
 from ringworld.testing import run_processes
 
 
@@ -361,12 +362,14 @@ def test_repeated_small_reduce(size: int) -> None:
     assert [e for errs in results for e in errs] == []
 
 
-def _rooted_repeat(comm: ringworld.Communicator) -> list[str]:
+def _rooted_repeat(comm: ringworld.Communicator, crowded: bool) -> list[str]:
     """gather and scatter repeated on the same arrays: roots change between calls, ranks other
     than the root pass None for the buffer they do not use (the repeat is then kept under the
     other one, which must come out right and untouched), and a root whose own buffers are
     wrong (in place over a missing buffer; a block of the wrong length) refuses the call on
-    every rank, after which the next call lines up."""
+    every rank waiting for it (a small gather's others do not where ranks share cores
+    (``crowded``): their part is done once their block is in their ring), after which the next
+    call lines up."""
     p, r = comm.size, comm.rank
     errors: list[str] = []
     n = 5
@@ -409,7 +412,8 @@ def _rooted_repeat(comm: ringworld.Communicator) -> list[str]:
                     comm.scatter(None, ringworld.IN_PLACE if r == 1 else mine, 1, timeout=20)
                 else:
                     comm.scatter(out, mine[:-1] if r == 1 else mine, 1, timeout=20)
-                errors.append(f"rank {r}: {bad} ({count}) raised nothing")
+                if r == 1 or not (crowded and bad.startswith("gather") and count == n):
+                    errors.append(f"rank {r}: {bad} ({count}) raised nothing")
             except (TypeError, ValueError) as exc:
                 if r != 1 and "refused" not in str(exc):
                     errors.append(f"rank {r}: {bad} ({count}): unclear refusal: {exc}")
@@ -417,12 +421,19 @@ def _rooted_repeat(comm: ringworld.Communicator) -> list[str]:
             if r == 1 and not np.array_equal(out, np.concatenate(
                     [np.arange(count, dtype=np.float64) + i * 1e7 for i in range(p)])):
                 errors.append(f"after the refusal of {bad} ({count}): wrong gather")
+    arena: Any = comm._arena
+    if arena.crowded != crowded:
+        errors.append(f"rank {r}: crowded {arena.crowded}, want {crowded}")
     return errors
 
 
+@pytest.mark.parametrize("crowded", [False, True])
 @pytest.mark.parametrize("size", [1, 2, 3])
-def test_repeated_small_gather_and_scatter(size: int) -> None:
-    results = run_processes(size, _rooted_repeat, transport="shm", timeout=60)
+def test_repeated_small_gather_and_scatter(size: int, crowded: bool,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    # (inherited by the forked ranks: they count one core each, or more than there are ranks)
+    monkeypatch.setattr(runtime, "usable_cpus", lambda: 1 if crowded else 64)
+    results = run_processes(size, _rooted_repeat, crowded, transport="shm", timeout=60)
     assert [e for errs in results for e in errs] == []
 
 

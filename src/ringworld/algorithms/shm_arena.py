@@ -483,57 +483,122 @@ class Arena:
             MismatchError: as above.
         Cost: one copy in (root) or out (others) and a few shared-memory reads.
         """
+        s, word, stamp = self._eager_begin()
+        me = self.chan.rank
+        if me == root:
+            self._eager_put(buf, s, word, stamp, True)
+        else:
+            self._eager_take(root, s, word, stamp, ("its root", "broadcast", "broadcast"))
+            buf[...] = self._entry(root, s % EAGER_RING, buf, skip)
+        self._eager_end(s, root, stamp)
+
+    def eager_gather(self, buf: Array, root: int, out: Array) -> None:
+        """Gather every rank's ``buf`` (at most EAGER_MAX bytes) into ``out`` of ``root``,
+        block i from rank i, without a sync: each other rank puts its ``buf`` into its own
+        ring as a broadcast's root does (same numbering, rules and errors as
+        :meth:`eager_bcast`) and returns; the root copies the blocks out as they are stamped
+        (a root refusing the call: :meth:`refuse_gather`). Raises: as :meth:`eager_bcast`."""
+        s, word, stamp = self._eager_begin()
+        me = self.chan.rank
+        if me != root:
+            self._eager_put(buf, s, word, stamp, False)
+        else:
+            # stamped as no other rank may (another rank calling itself the root of this
+            # gather sees it, and fails, instead of waiting for this one's block)
+            self._mine[word] = stamp ^ 0xFFFFFFFF
+            n = buf.size
+            for i in range(self.chan.size):
+                if i != me:
+                    self._eager_take(i, s, word, stamp, ("a sender", "gather block", "sent"))
+                    out[i * n : (i + 1) * n] = self._entry(i, s % EAGER_RING, buf)
+        self._eager_end(s, root, stamp)
+
+    def refuse_gather(self, text: str, kind: type[Exception] = ValueError) -> None:
+        """:meth:`refuse` for a gather, whose others have stamped their blocks (its eager path:
+        their part is done, as a send's; the stamps are taken, unused) or wait at a sync
+        (refused). Raises: as :meth:`sync`."""
         s = self._bseq + 1
-        e = s % EAGER_RING
+        word, want, epoch = EAGER_STAMP + s % EAGER_RING, s & SEQ_MASK, self._epoch
+        me = self.chan.rank
+        others = [i for i in range(self.chan.size) if i != me]
+
+        def unsettled() -> list[int]:
+            return [i for i in others
+                    if self._ctr[i][word] >> 32 != want and self._ctr[i][0] <= epoch]
+
+        if unsettled():
+            self._eager_wait(lambda: not unsettled(), unsettled, "their part of the call")
+        if others and all(self._ctr[i][word] >> 32 == want for i in others):
+            self._sig = None
+            self._eager_end(s, me, self._ctr[others[0]][word])
+        else:
+            self.refuse(text, kind)
+
+    def _eager_begin(self) -> tuple[int, int, int]:
+        """The next eager call's number, its ring entry's header word and its stamp."""
+        s = self._bseq + 1
         sig = self._sig
         self._sig = None  # no sync checks this call
         assert sig is not None, "begin() names the call first"
-        # the call number too: a root that left an earlier call before stamping it stamps its
-        # next broadcast into the same entry, and that must not pass for this one
+        # the call number too: a rank that left an earlier call before stamping it stamps its
+        # next call into the same entry, and that must not pass for this one
         mark = (sig[1] ^ (sig[0] * 0x9E3779B1) ^ (self._seq * 0x85EBCA77)) & 0xFFFFFFFF
-        want = s & SEQ_MASK  # the broadcast number in a stamp
-        stamp = want << 32 | mark
+        return s, EAGER_STAMP + s % EAGER_RING, (s & SEQ_MASK) << 32 | mark
+
+    def _eager_put(self, buf: Array, s: int, word: int, stamp: int, alone: bool) -> None:
+        """Copy ``buf`` into this rank's ring entry for eager call ``s`` and stamp it;
+        ``alone``: no other rank may (a broadcast's root)."""
         me = self.chan.rank
-        ctr = self._ctr
-        word = EAGER_STAMP + e
-        if me == root:
-            if s - EAGER_RING > self._ring_done:  # the entry may not have been read yet
-                self._ring_space(s - EAGER_RING)
-            self._entry(me, e, buf)[...] = buf
-            self._mine[word] = stamp
-            for c in self._others:
-                if c[word] >> 32 == want:  # (of two such roots, the later one sees it)
-                    them = [i for i, d in enumerate(ctr) if i != me and d[word] >> 32 == want]
-                    raise MismatchError(f"{self.what}: ranks {me} and {them[0]} both called "
-                                        f"it as the root")
-        else:
-            src = ctr[root]
-            if src[word] >> 32 != want:
-                epoch = self._epoch
+        if s - EAGER_RING > self._ring_done:  # the entry may not have been read yet
+            self._ring_space(s - EAGER_RING)
+        self._entry(me, s % EAGER_RING, buf)[...] = buf
+        self._mine[word] = stamp
+        want = stamp >> 32
+        for c in self._others if alone else ():
+            if c[word] >> 32 == want:  # (of two such roots, the later one sees it)
+                them = [i for i, d in enumerate(self._ctr) if i != me and d[word] >> 32 == want]
+                raise MismatchError(f"{self.what}: ranks {me} and {them[0]} both called it as "
+                                    f"the root")
 
-                def stamped() -> bool:
-                    # the root's sync counter first: once it is past this rank's, the stamp
-                    # (stored before it) is visible if the root made this broadcast at all
-                    moved = src[0] > epoch
-                    return src[word] >> 32 == want or moved
+    def _eager_take(self, rank: int, s: int, word: int, stamp: int,
+                    who: tuple[str, str, str]) -> None:
+        """Wait until ``rank`` has stamped its entry of eager call ``s`` with ``stamp``
+        (``who``: what it is, what it makes, how, for messages). Raises: MismatchError (it
+        went on to another call, or stamped another signature); the root's refusal of the
+        call, if it made one (see :meth:`refuse`)."""
+        src = self._ctr[rank]
+        want = s & SEQ_MASK
+        if src[word] >> 32 != want:
+            epoch = self._epoch
 
-                self._eager_wait(stamped, lambda: [root], f"rank {root}'s broadcast {s}")
-            got = src[word]
-            if got != stamp:
-                self._check_failed()
-                if src[SEQ_WORD + ((self._epoch + 1) & 1)] == self._seq | REFUSED:
-                    self.sync()  # the root refused the call at a sync (see refuse): join it,
-                    # which raises the refusal and keeps the syncs in step
-                if got >> 32 != want:
-                    raise MismatchError(
-                        f"{self.what}: rank {root}, its root, went on to another collective "
-                        f"without making this broadcast (ranks called different collectives)")
-                raise MismatchError(
-                    f"{self.what}: rank {root} broadcast something else (size, type or root "
-                    f"differ: signature {got & 0xFFFFFFFF:08x} against this rank's {mark:08x})")
-            buf[...] = self._entry(root, e, buf, skip)
+            def stamped() -> bool:
+                # the rank's sync counter first: once it is past this rank's, the stamp
+                # (stored before it) is visible if it made this call at all
+                return src[word] >> 32 == want or src[0] > epoch
+
+            self._eager_wait(stamped, lambda: [rank], f"rank {rank}'s {who[1]} {s}")
+        got = src[word]
+        if got == stamp:
+            return
+        self._check_failed()
+        if src[SEQ_WORD + ((self._epoch + 1) & 1)] == self._seq | REFUSED:
+            self.sync()  # the root refused the call at a sync (see refuse): join it, which
+            # raises the refusal and keeps the syncs in step
+        if got >> 32 != want:
+            raise MismatchError(
+                f"{self.what}: rank {rank}, {who[0]}, went on to another collective without "
+                f"making this {who[1]} (ranks called different collectives)")
+        raise MismatchError(
+            f"{self.what}: rank {rank}, {who[0]}, {who[2]} something else (size, type or root "
+            f"differ: signature {got & 0xFFFFFFFF:08x} against this rank's "
+            f"{stamp & 0xFFFFFFFF:08x})")
+
+    def _eager_end(self, s: int, root: int, stamp: int) -> None:
+        """Count eager call ``s`` done (its entries read), and hash it into what the next sync
+        compares (its root and signature: ranks that disagreed on a root fail there)."""
         self._mine[EAGER_DONE] = s
         self._bseq = s
+        mark = stamp & 0xFFFFFFFF
         self._bhash = (self._bhash * 1000003 + (root + 1) * 0x9E3779B1 + mark) & SEQ_MASK
         self.chan.wake_peers()
 

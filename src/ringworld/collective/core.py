@@ -315,7 +315,10 @@ class CollectiveCore(ObjectCollectives):
             return
         a = self._shm(collective, None)
         a.unsign()
-        a.refuse(self._refusal(a.what, exc), type(exc))
+        if collective == "gather":  # the others may have taken its eager path, no sync
+            a.refuse_gather(self._refusal(a.what, exc), type(exc))
+        else:
+            a.refuse(self._refusal(a.what, exc), type(exc))
 
     def _refusal(self, what: str, exc: BaseException) -> str:
         return (f"{what}: the root (world rank {self._ranks[self.rank]}) refused its "
