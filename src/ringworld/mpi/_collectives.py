@@ -244,21 +244,30 @@ class Collectives:
 
     def Gather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
         """Collect every process's ``sendbuf`` into block i (from rank i) of ``recvbuf`` at root."""
+        self._rooted("gather", sendbuf, recvbuf, root, "Gather")
+
+    def _rooted(self, coll: str, sendbuf: Any, recvbuf: Any, root: Any, where: str) -> None:
+        """Gather or Scatter (``coll``), repeated as the native call is: kept under its root on
+        byte views (as Allgather); off the root, the buffer it does not use, as None, is kept
+        under the other one."""
         n = self._native
+        gather = coll == "gather"
+        parse, prepare, run = ((self._gather, calls.gather, n.gather) if gather
+                               else (self._scatter, calls.scatter, n.scatter))
         key = _MOVED_ROOTS.get(root) if type(root) is int else None
         key = key or _moved_root_key(root)
         if key is None or hooks.observing:
-            n.gather(*self._gather(sendbuf, recvbuf, root, "Gather"))
+            run(*parse(sendbuf, recvbuf, root, where))
             return
-        # kept as the native gather: off the root, a missing recvbuf under the sendbuf alone
-        held = sendbuf if recvbuf is None and root != n.rank else recvbuf
-        if (n._again("gather", sendbuf, held, key, None) if type(held) is np.ndarray
-                else _again_specs(n, "gather", sendbuf, held, key)):
+        off = root != n.rank
+        s = recvbuf if not gather and sendbuf is None and off else sendbuf
+        r = sendbuf if gather and recvbuf is None and off else recvbuf
+        if (n._again(coll, s, r, key, None) if type(r) is np.ndarray
+                else _again_specs(n, coll, s, r, key)):
             return
-        args = self._gather(sendbuf, recvbuf, root, "Gather")
-        if not _keep(n, calls.gather, args, plain_array(sendbuf, False), plain_array(held, True),
-                     key):
-            n.gather(*args)
+        args = parse(sendbuf, recvbuf, root, where)
+        if not _keep(n, prepare, args, plain_array(s, False), plain_array(r, True), key):
+            run(*args)
 
     def Igather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:
         """Start a gather."""
@@ -294,21 +303,7 @@ class Collectives:
 
     def Scatter(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
         """Send block i of ``sendbuf`` at root to ``recvbuf`` of rank i."""
-        n = self._native
-        key = _MOVED_ROOTS.get(root) if type(root) is int else None
-        key = key or _moved_root_key(root)
-        if key is None or hooks.observing:
-            n.scatter(*self._scatter(sendbuf, recvbuf, root, "Scatter"))
-            return
-        # kept as the native scatter: off the root, a missing sendbuf under the recvbuf alone
-        held = recvbuf if sendbuf is None and root != n.rank else sendbuf
-        if (n._again("scatter", held, recvbuf, key, None) if type(recvbuf) is np.ndarray
-                else _again_specs(n, "scatter", held, recvbuf, key)):
-            return
-        args = self._scatter(sendbuf, recvbuf, root, "Scatter")
-        if not _keep(n, calls.scatter, args, plain_array(held, False),
-                     plain_array(recvbuf, True), key):
-            n.scatter(*args)
+        self._rooted("scatter", sendbuf, recvbuf, root, "Scatter")
 
     def Iscatter(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:
         """Start a scatter."""
