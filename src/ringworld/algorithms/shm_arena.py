@@ -488,7 +488,8 @@ class Arena:
         if me == root:
             self._eager_put(buf, s, word, stamp, True)
         else:
-            self._eager_take(root, s, word, stamp, ("its root", "broadcast", "broadcast"))
+            if self._ctr[root][word] != stamp:  # (usually there: no call to look)
+                self._eager_take(root, s, word, stamp, ("its root", "broadcast", "broadcast"))
             buf[...] = self._entry(root, s % EAGER_RING, buf, skip)
         self._eager_end(s, root, stamp)
 
