@@ -171,3 +171,28 @@ def test_a_stalled_peer_is_a_timeout_naming_it(who: str) -> None:
         assert "waiting for rank 0's broadcast" in waiter, results
     else:
         assert "to take broadcast 2 out of the ring" in waiter, results
+
+
+def _gather_behind_broadcasts(comm: ringworld.Communicator) -> str:
+    """Rank 0 broadcasts as far ahead as the ring lets it, then roots a small gather, whose
+    stamp goes where a broadcast the slow reader has yet to take had its own."""
+    r = comm.rank
+    comm.allreduce(np.ones(2), np.empty(2), timeout=10)  # maps the shared windows
+    bufs = [np.full(4, float(k)) if r == 0 else np.zeros(4) for k in range(2 * shm.EAGER_RING - 1)]
+    for k, buf in enumerate(bufs):
+        if r == 1 and k == shm.EAGER_RING - 1:
+            time.sleep(0.5)  # rank 0 runs a full ring ahead meanwhile
+        comm.bcast(buf, root=0, timeout=10)
+    out = np.zeros(2 * 3) if r == 0 else None
+    comm.gather(np.arange(3.0) + 10 * r, out, root=0, timeout=10)
+    if any(not np.array_equal(buf, np.full(4, float(k))) for k, buf in enumerate(bufs)):
+        return "wrong broadcast"
+    if r == 0 and not np.array_equal(out, [0.0, 1, 2, 10, 11, 12]):
+        return f"wrong gather {out}"
+    return "ok"
+
+
+def test_a_gather_root_does_not_stamp_over_a_broadcast_not_yet_taken(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runtime, "usable_cpus", lambda: 1)  # crowded: the gather's rings
+    assert run_processes(2, _gather_behind_broadcasts, timeout=60) == ["ok", "ok"]

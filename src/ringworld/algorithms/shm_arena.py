@@ -504,8 +504,10 @@ class Arena:
         if me != root:
             self._eager_put(buf, s, word, stamp, False)
         else:
-            # stamped as no other rank may (another rank calling itself the root of this
-            # gather sees it, and fails, instead of waiting for this one's block)
+            # stamped as no sender can (a second root fails at once, not waiting), once no
+            # reader can still look for call s - EAGER_RING's stamp there
+            if s - EAGER_RING > self._ring_done:
+                self._ring_space(s - EAGER_RING)
             self._mine[word] = stamp ^ 0xFFFFFFFF
             n = buf.size
             for i in range(self.chan.size):
@@ -547,8 +549,7 @@ class Arena:
         return s, EAGER_STAMP + s % EAGER_RING, (s & SEQ_MASK) << 32 | mark
 
     def _eager_put(self, buf: Array, s: int, word: int, stamp: int, alone: bool) -> None:
-        """Copy ``buf`` into this rank's ring entry for eager call ``s`` and stamp it;
-        ``alone``: no other rank may (a broadcast's root)."""
+        """Put ``buf`` in this rank's entry of eager call ``s``; ``alone``: a broadcast's root."""
         me = self.chan.rank
         if s - EAGER_RING > self._ring_done:  # the entry may not have been read yet
             self._ring_space(s - EAGER_RING)
@@ -595,8 +596,7 @@ class Arena:
             f"{stamp & 0xFFFFFFFF:08x})")
 
     def _eager_end(self, s: int, root: int, stamp: int) -> None:
-        """Count eager call ``s`` done (its entries read), and hash it into what the next sync
-        compares (its root and signature: ranks that disagreed on a root fail there)."""
+        """Count eager call ``s`` done, hashed into what the next sync compares (root, sig)."""
         self._mine[EAGER_DONE] = s
         self._bseq = s
         mark = stamp & 0xFFFFFFFF
