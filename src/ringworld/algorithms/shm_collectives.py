@@ -544,9 +544,8 @@ def gather(a: Arena, send: Array, recv: Array, op: Op | None = None, root: int =
     than the root return once their block is in their ring, and the root copies the blocks
     out; np=4 on 2 cores, 32 B: 0.47x -> 0.79x of MPICH, 256 KiB 2.0x -> 3.9x; at np=2 the
     slots took 2.8-4.0 us a call against the rings' 4.9-5.4), large ones written by their
-    owners straight into the root's
-    ``recv``, others through the windows a chunk at a time (the root copying out one chunk
-    while the others copy in the next)."""
+    owners straight into the root's ``recv``, others through the windows a chunk at a time
+    (the root copying out one chunk while the others copy in the next)."""
     p, r = a.chan.size, a.chan.rank
     dt = send.dtype
     n = send.size

@@ -71,31 +71,20 @@ _MOVED = AdapterKey("MPI", True)  # Allgather, Alltoall: byte views, as the chec
 # Bcast's, per root (part of the shape); not raw: the shared windows' broadcast moves bytes
 # whatever the array's dtype (its ranks agree on the size and root alone), so it needs no views
 _ROOT_KEYS: dict[int, AdapterKey] = {}
+_MOVED_ROOTS: dict[int, AdapterKey] = {}  # Gather's and Scatter's, per root: byte views
 _OP_KEYS: dict[int, AdapterKey] = {}  # a reduction's, per predefined MPI.Op (by id: they live
 #                                       as long as the module, and MPI.Op is unhashable)
 
 
-def _root_key(root: Any) -> AdapterKey | None:
-    """Bcast's key for ``root``, or None (a root that is not an int: the checks say why)."""
+def _root_key(root: Any, raw: bool = False) -> AdapterKey | None:
+    """The key for ``root`` of Bcast, or with ``raw`` of Gather and Scatter (they run on byte
+    views, as Allgather); None for a root that is not an int (the checks say why)."""
     if type(root) is not int:
         return None
-    key = _ROOT_KEYS.get(root)
-    if key is None and len(_ROOT_KEYS) < 4096:  # (roots are ranks: a few)
-        key = _ROOT_KEYS[root] = AdapterKey(("root", root), False)
-    return key
-
-
-_MOVED_ROOTS: dict[int, AdapterKey] = {}  # Gather's and Scatter's, per root: byte views
-
-
-def _moved_root_key(root: Any) -> AdapterKey | None:
-    """Gather's and Scatter's key for ``root`` (they run on byte views, as Allgather), or None
-    (a root that is not an int: the checks say why)."""
-    if type(root) is not int:
-        return None
-    key = _MOVED_ROOTS.get(root)
-    if key is None and len(_MOVED_ROOTS) < 4096:
-        key = _MOVED_ROOTS[root] = AdapterKey(("root", root), True)
+    table = _MOVED_ROOTS if raw else _ROOT_KEYS
+    key = table.get(root)
+    if key is None and len(table) < 4096:  # (roots are ranks: a few)
+        key = table[root] = AdapterKey(("root", root), raw)
     return key
 
 
@@ -254,8 +243,7 @@ class Collectives:
         gather = coll == "gather"
         parse, prepare, run = ((self._gather, calls.gather, n.gather) if gather
                                else (self._scatter, calls.scatter, n.scatter))
-        key = _MOVED_ROOTS.get(root) if type(root) is int else None
-        key = key or _moved_root_key(root)
+        key = _root_key(root, True)
         if key is None or hooks.observing:
             run(*parse(sendbuf, recvbuf, root, where))
             return
