@@ -469,11 +469,21 @@ class Collectives:
                 n._again("allreduce", sendbuf, recvbuf, key, None) if type(recvbuf) is np.ndarray
                 else _again_specs(n, "allreduce", sendbuf, recvbuf, key)):
             return
+        self._reduction("allreduce", sendbuf, recvbuf, op, "Allreduce")
+
+    def _reduction(self, coll: str, sendbuf: Any, recvbuf: Any, op: Any, where: str) -> None:
+        """Allreduce, Scan or Exscan (``coll``) through the checks, kept for the repeat path
+        where the buffers are the user's plain arrays and the op a predefined one."""
+        n = self._native
+        run = getattr(n, coll)
         fast = _plain_reduction(sendbuf, recvbuf, op)
         if fast is None:
-            n.allreduce(*self._allreduce(sendbuf, recvbuf, op, "Allreduce"))
-        elif not _keep(n, calls.allreduce, fast, fast[0], fast[1], _op_key(op)):
-            n.allreduce(*fast)  # the user's own arrays: the native repeat path can see them
+            run(*self._allreduce(sendbuf, recvbuf, op, where))
+            return
+        prepare, args = ((calls.allreduce, fast) if coll == "allreduce"
+                         else (calls.scan, (coll, *fast)))
+        if not _keep(n, prepare, args, fast[0], fast[1], _op_key(op)):
+            run(*fast)  # the user's own arrays: the native repeat path can see them
 
     def Iallreduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> Request:
         """Start an allreduce."""
@@ -600,10 +610,6 @@ class IntraCollectives(Collectives):
 
     __slots__ = ()
 
-    def _scan(self, sendbuf: Any, recvbuf: Any, op: Any, where: str) -> tuple[Any, ...]:
-        r = recv_message(recvbuf, f"{where}(recvbuf)")
-        return _reduce_input(sendbuf, r, where), r.array(), buffer_op(op, r.datatype)
-
     def _prefix(self, coll: str, sendbuf: Any, recvbuf: Any, op: Any, where: str) -> None:
         """Scan or Exscan (``coll``), repeated as Allreduce is."""
         n = self._native
@@ -612,12 +618,7 @@ class IntraCollectives(Collectives):
                 n._again(coll, sendbuf, recvbuf, key, None) if type(recvbuf) is np.ndarray
                 else _again_specs(n, coll, sendbuf, recvbuf, key)):
             return
-        run = n.scan if coll == "scan" else n.exscan
-        fast = _plain_reduction(sendbuf, recvbuf, op)
-        if fast is None:
-            run(*self._scan(sendbuf, recvbuf, op, where))
-        elif not _keep(n, calls.scan, (coll, *fast), fast[0], fast[1], _op_key(op)):
-            run(*fast)  # the user's own arrays: the native repeat path can see them
+        self._reduction(coll, sendbuf, recvbuf, op, where)
 
     def Scan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> None:
         """Inclusive prefix reduction: rank i gets ``op`` over ranks 0..i."""
@@ -625,7 +626,7 @@ class IntraCollectives(Collectives):
 
     def Iscan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> Request:
         """Start a scan."""
-        return _started(self._native.iscan(*self._scan(sendbuf, recvbuf, op, "Iscan")))
+        return _started(self._native.iscan(*self._allreduce(sendbuf, recvbuf, op, "Iscan")))
 
     def Exscan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> None:
         """Exclusive prefix reduction: rank i gets ``op`` over ranks 0..i-1 (rank 0: untouched)."""
@@ -633,7 +634,7 @@ class IntraCollectives(Collectives):
 
     def Iexscan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> Request:
         """Start an exscan."""
-        return _started(self._native.iexscan(*self._scan(sendbuf, recvbuf, op, "Iexscan")))
+        return _started(self._native.iexscan(*self._allreduce(sendbuf, recvbuf, op, "Iexscan")))
 
     def scan(self, sendobj: Any, op: Any = SUM) -> Any:
         """``op`` over the values of ranks 0..rank, in rank order."""
