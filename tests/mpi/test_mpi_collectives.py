@@ -8,6 +8,7 @@ calls under real mpi4py are compared in ``test_mpi_programs.py``.
 from __future__ import annotations
 
 import array
+import weakref
 from typing import Any
 
 import numpy as np
@@ -814,6 +815,26 @@ def _repeats(_: object) -> int:
         comm.Allreduce(x, total, MPI.SUM)
         eq(total, sum(data(q, n) for q in range(p)))
         checks += 1
+    # the repeat path holds no array but small ones that own their memory (by their byte
+    # views, for speed): a bytearray under the arrays can grow again, a large array is freed
+    from ringworld.collective.cache import HELD_BYTES
+
+    under = bytearray(8 * n * (p + 1))
+    mem = np.frombuffer(under, "f8")
+    mem[:n] = data(r, n)
+    for _ in range(2):
+        comm.Allgather(mem[:n], mem[n:])
+    eq(mem[n:], np.concatenate([data(q, n) for q in range(p)]))
+    del mem
+    under.extend(b"more")  # BufferError while any array still holds its memory
+    big = np.zeros(HELD_BYTES // 8 + 1)
+    big_all = np.zeros(big.size * p)
+    for _ in range(2):
+        comm.Allgather(big, big_all)
+    gone = weakref.ref(big_all)
+    del big_all
+    assert gone() is None
+    checks += 1
     # a read-only buffer of a kept shape fails as the checks say; nothing is left half-done
     ro = np.zeros(n * p, "f4")
     ro.flags.writeable = False
@@ -874,18 +895,37 @@ def test_mismatched_sizes_fail_rather_than_corrupt(transport: str) -> None:
 
 
 # ------------------------------------------------------------------------------ local
-def test_spec_array_finds_only_an_array_or_one_with_its_own_datatype() -> None:
-    from ringworld.mpi._buffer import spec_array
+def test_the_spec_repeat_takes_only_arrays_with_their_own_datatype() -> None:
+    from ringworld.mpi._collectives import _again_specs
+
+    class Native:  # stands for the communicator: records what the repeat path was given
+        def __init__(self) -> None:
+            self.got: list[tuple[Any, Any]] = []
+
+        def _again(self, coll: str, s: Any, r: Any, key: Any, timeout: Any) -> bool:
+            self.got.append((s, r))
+            return True
 
     x = np.zeros(3, np.float32)
-    assert spec_array(x) is x and spec_array([x, MPI.FLOAT]) is x
-    assert spec_array((x, MPI.FLOAT)) is x
     y = np.zeros(3, np.int64)
-    assert spec_array([y, MPI.INT64_T]) is y
-    for other in ([x, MPI.INT], [x, MPI.DOUBLE], [x], [x, 3, MPI.FLOAT], [x, None],
-                  [x.tolist(), MPI.FLOAT], [bytearray(12), MPI.FLOAT], "ab", None,
-                  bytearray(4), {"a": 1}, MPI.IN_PLACE):
-        assert spec_array(other) is None, other
+    for send, recv, want in (([x, MPI.FLOAT], [x, MPI.FLOAT], (x, x)),
+                             (x, (x, MPI.FLOAT), (x, x)),
+                             ((y, MPI.INT64_T), [x, MPI.FLOAT], (y, x)),
+                             (MPI.IN_PLACE, [y, MPI.INT64_T], (MPI.IN_PLACE, y))):
+        native = Native()
+        assert _again_specs(native, "allgather", send, recv, None)  # type: ignore[arg-type]
+        (s, r), = native.got
+        assert s is want[0] and r is want[1]
+    others = ([x, MPI.INT], [x, MPI.DOUBLE], [x], [x, 3, MPI.FLOAT], [x, None],
+              [x.tolist(), MPI.FLOAT], [bytearray(12), MPI.FLOAT], "ab", None,
+              bytearray(4), {"a": 1}, MPI.IN_PLACE)
+    for other in others:
+        for send, recv in ((other, [x, MPI.FLOAT]), ([x, MPI.FLOAT], other)):
+            if send is MPI.IN_PLACE:
+                continue  # (in place is a send buffer's form)
+            native = Native()
+            assert not _again_specs(native, "allgather", send, recv, None), (send, recv)  # type: ignore[arg-type]
+            assert native.got == []
 
 
 def test_pair_datatypes() -> None:

@@ -4,8 +4,10 @@
 
 * ``shapes`` (and ``last``): the calls that ran in the shared windows, by collective, op or
   root, and the dtypes and shapes of their arrays (``last``: the last one's arrays, held
-  weakly, so no user buffer is kept alive). A call of a shape seen before skips the checks
-  and the choice of algorithm, which for small calls cost more than the data's copies.
+  weakly, so no user buffer is kept alive, but for ``ringworld.MPI``'s small arrays that own
+  their memory: their byte views hold them until the next call of that collective). A call
+  of a shape seen before skips the checks and the choice of algorithm, which for small calls
+  cost more than the data's copies.
 * ``plans``: the algorithm chosen for a call's shape (collective, size, op order, blocking,
   algorithm asked for) and whether a blocking allreduce runs hierarchically.
 * ``ops``: each (op, dtype) pair found valid.
@@ -56,18 +58,47 @@ class AdapterKey(NamedTuple):
     raw: bool
 
 
-def _on_bytes(run: Callable[..., None]) -> Callable[..., None]:
-    """``run`` on byte views of its (contiguous, flat) arrays. Cost: 0.12 us a view (a bcast's
-    one array: one)."""
-    import numpy as np  # loaded already: a call that ran on numpy arrays is being kept
+HELD_BYTES = 64 << 10  # arrays up to this size may be held by their byte views (see _OnBytes)
 
-    u8 = np.dtype(np.uint8)
 
-    def on_bytes(arena: Any, sendbuf: Array, recvbuf: Array, op: Op | None, root: int) -> None:
+class _OnBytes:
+    """``run`` on byte views of its (contiguous, flat) arrays. Cost: 0.12 us a view and a
+    call, 0.3 us in all for two arrays: more than a third of what ringworld.MPI adds to an
+    8-byte Allgather, so a loop on the same small arrays reuses its views (:meth:`bound`)."""
+
+    __slots__ = ("run", "u8")
+
+    def __init__(self, run: Callable[..., None]) -> None:
+        import numpy as np  # loaded already: a call that ran on numpy arrays is being kept
+
+        self.run = run
+        self.u8 = np.dtype(np.uint8)
+
+    def __call__(self, arena: Any, sendbuf: Array, recvbuf: Array, op: Op | None,
+                 root: int) -> None:
+        u8 = self.u8
         rb = recvbuf.view(u8)
-        run(arena, rb if sendbuf is recvbuf else sendbuf.view(u8), rb, op, root)
+        self.run(arena, rb if sendbuf is recvbuf else sendbuf.view(u8), rb, op, root)
 
-    return on_bytes
+    def bound(self, sendbuf: Any, recvbuf: Array) -> Callable[..., None]:
+        """This runner on the byte views of these very arrays, made once here, where they are
+        small (at most :data:`HELD_BYTES`) and own their memory: the views keep them alive
+        until the next call of the collective or ``free``, and so never pin another object's
+        buffer (a shared memory segment's, an mmap's). Else this runner itself."""
+        arrays = (recvbuf,) if sendbuf is IN_PLACE or sendbuf is recvbuf else (sendbuf, recvbuf)
+        for a in arrays:
+            if a.base is not None or a.nbytes > HELD_BYTES or not a.flags.c_contiguous:
+                return self
+        u8 = self.u8
+        rb = recvbuf.reshape(-1).view(u8)
+        sb = rb if len(arrays) == 1 else sendbuf.reshape(-1).view(u8)
+        run = self.run
+
+        def on_held(arena: Any, _sendbuf: Array, _recvbuf: Array, op: Op | None,
+                    root: int) -> None:
+            run(arena, sb, rb, op, root)
+
+        return on_held
 
 
 class Kept(NamedTuple):
@@ -129,7 +160,7 @@ class CallCache:
         except TypeError:  # an unhashable op or root: the checked path says what is wrong
             return None
         if kept is not None:
-            self._remember(coll, send, recvbuf, extra, kept)
+            self._remember(coll, sendbuf, send, recvbuf, extra, kept)
         return kept
 
     def keep(self, call: Call, sendbuf: Any, recvbuf: Any, sb: Array, rb: Array, extra: Any,
@@ -149,7 +180,7 @@ class CallCache:
         else:
             return
         if type(extra) is AdapterKey and extra.raw:
-            run = _on_bytes(run)
+            run = _OnBytes(run)
         key = _shape_key(call.collective, extra, sendbuf, recvbuf)
         kept = Kept(sig, run, call.op, call.spec.root)
         try:
@@ -157,12 +188,17 @@ class CallCache:
                 self.shapes[key] = kept
         except TypeError:  # an unhashable op or root (accepted by the checks): not kept
             return
-        self._remember(call.collective, send, recvbuf, extra, kept)
+        self._remember(call.collective, sendbuf, send, recvbuf, extra, kept)
 
-    def _remember(self, coll: str, send: Callable[[], Any], recvbuf: Any, extra: Any,
-                  kept: Kept) -> None:
-        """Make these arrays ``coll``'s last call's (see ``last``)."""
-        self.last[coll] = (send, weakref.ref(recvbuf), extra, recvbuf.dtype, *kept)
+    def _remember(self, coll: str, sendbuf: Any, send: Callable[[], Any], recvbuf: Any,
+                  extra: Any, kept: Kept) -> None:
+        """Make these arrays ``coll``'s last call's (see ``last``); a runner on byte views
+        is bound to these arrays' own where it may be (see :meth:`_OnBytes.bound`)."""
+        run = kept.run
+        if type(run) is _OnBytes:
+            run = run.bound(sendbuf, recvbuf)
+        self.last[coll] = (send, weakref.ref(recvbuf), extra, recvbuf.dtype, kept.sig, run,
+                           kept.op, kept.root)
 
     def op(self, op: Any, *arrays: Array) -> Op:
         """``op`` resolved, and checked against the dtype of the first non-empty array (every

@@ -109,7 +109,7 @@ def _plain_dtypes() -> frozenset[np.dtype[Any]]:
 #: dtypes whose 1-D contiguous arrays validate to themselves (see plain_array)
 PLAIN_DTYPES = _plain_dtypes()
 #: id of each predefined datatype of one plain element -> its dtype (``[array, datatype]``)
-_SIMPLE = {id(d): d.dtype for d in DATATYPES
+SIMPLE_DTYPES = {id(d): d.dtype for d in DATATYPES
            if d.dtype in PLAIN_DTYPES and d.extent == d.dtype.itemsize}
 
 
@@ -127,7 +127,7 @@ def plain_array(spec: Any, writable: bool) -> Array | None:
         arr = spec[0]
         # (numpy's dtypes of one kind are one object: another is never plain; and numpy
         # reads None as float64, so no comparison with ==)
-        if _SIMPLE.get(id(spec[1])) is not arr.dtype or arr.ndim != 1:
+        if SIMPLE_DTYPES.get(id(spec[1])) is not arr.dtype or arr.ndim != 1:
             return None
     else:
         return None
@@ -135,22 +135,6 @@ def plain_array(spec: Any, writable: bool) -> Array | None:
     if not flags.c_contiguous or (writable and not flags.writeable):
         return None
     return arr
-
-
-def spec_array(spec: Any) -> Array | None:
-    """The array of a spec for the repeat path (``ringworld.MPI``'s collectives): the spec if
-    it is a numpy array, the array of ``[array, datatype]`` whose datatype is the array's very
-    dtype, else None. A lookup only: the repeat path finds the arrays' shape among those that
-    went through :func:`plain_array` and the checks. Cost: 0.1 us."""
-    kind = type(spec)
-    if kind is list or kind is tuple:
-        try:
-            arr, datatype = spec
-        except ValueError:  # another length: another form
-            return None
-        return arr if type(arr) is np.ndarray and _SIMPLE.get(id(datatype)) is arr.dtype \
-            else None
-    return spec if kind is np.ndarray else None
 
 
 def send_message(spec: Any, where: str) -> Message:
