@@ -335,6 +335,23 @@ def _self_and_empty(comm: Communicator) -> None:
     left = (comm.rank - 1) % comm.size
     st = comm.sendrecv(b"", right, bytearray(), left, sendtag=2, recvtag=2)
     assert st.nbytes == 0 and st.source == left
+    # typed and empty arrays of any shape through the blocking calls (small: buffered, so
+    # sending to the right before receiving from the left cannot deadlock)
+    pair = np.dtype([("a", "f8"), ("b", "i4")])
+
+    def made(q: int) -> list[np.ndarray]:
+        return [data(q, 6, np.float64).reshape(2, 3), np.zeros((0, 3)),
+                np.zeros((2, 0), np.int32), np.arange(4, dtype=np.complex128) + q,
+                np.array([(q, 7)], pair), np.array(float(q))]
+
+    for out, want in zip(made(comm.rank), made(left), strict=True):
+        comm.send(out, right, tag=4)
+        got = np.empty_like(want)
+        assert comm.recv(got, left, 4).nbytes == want.nbytes
+        np.testing.assert_array_equal(got, want)
+        got = np.empty_like(want)
+        assert comm.sendrecv(out, right, got, left, sendtag=5, recvtag=5).nbytes == want.nbytes
+        np.testing.assert_array_equal(got, want)
     selfc = comm.self_comm()
     assert selfc.size == 1 and selfc.rank == 0
     selfc.send_obj("s", 0)

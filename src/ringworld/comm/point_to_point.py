@@ -64,6 +64,8 @@ def send_view(buf: Any, name: str = "buf") -> memoryview:
                         f"{type(buf).__name__}") from None
     if mv.format == "B" and mv.ndim == 1 and mv.c_contiguous:
         return mv
+    if not mv.nbytes:  # (cast refuses a shape with a zero in it, as (0, 3))
+        return memoryview(b"") if mv.readonly else memoryview(bytearray())
     if not mv.c_contiguous:
         raise ValueError(f"{name} must be C-contiguous (got a strided buffer of shape "
                          f"{mv.shape})")
@@ -208,10 +210,10 @@ class PointToPoint:
             TypeError / ValueError: bad ``buf``, ``dest`` or ``tag``.
             Timeout, PeerFailure: see :meth:`Request.wait`.
         """
-        try:  # the common case inline: a flat contiguous byte buffer
+        try:  # the common case inline: a contiguous buffer (a typed one cast to bytes here)
             view = memoryview(buf)
             if view.ndim != 1 or view.format != "B" or not view.c_contiguous:
-                view = send_view(buf, "buf")
+                view = view.cast("B") if view.c_contiguous else send_view(buf, "buf")
         except TypeError:
             try:
                 view = send_view(buf, "buf")  # raises with a clear message
@@ -267,10 +269,11 @@ class PointToPoint:
             TruncationError: the message is larger than ``buf`` (``buf`` is left untouched).
             Timeout, PeerFailure: see :meth:`Request.wait`.
         """
-        try:  # the common case inline: a flat writable byte buffer
+        try:  # the common case inline: a writable contiguous buffer (cast to bytes here)
             view = memoryview(buf)
             if view.readonly or view.ndim != 1 or view.format != "B" or not view.c_contiguous:
-                view = recv_view(buf, "buf")
+                view = (view.cast("B") if view.c_contiguous and not view.readonly
+                        else recv_view(buf, "buf"))
         except TypeError:
             try:
                 view = recv_view(buf, "buf")  # raises with a clear message
