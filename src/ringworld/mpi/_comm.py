@@ -16,10 +16,12 @@ import sys
 from collections.abc import Callable
 from typing import Any, Literal, NoReturn, Self
 
+import numpy as np
+
 import ringworld
 from ringworld import runtime as _runtime
 from ringworld.collective.communicator import Communicator as _Communicator
-from ringworld.mpi._buffer import plain_array, recv_message, send_message
+from ringworld.mpi._buffer import PLAIN_DTYPES, plain_array, recv_message, send_message
 from ringworld.mpi._collectives import Collectives, IntraCollectives
 from ringworld.mpi._constants import (
     ANY_SOURCE,
@@ -461,6 +463,11 @@ class Comm(Collectives):
 
     def Send(self, buf: Any, dest: int, tag: int = 0) -> None:
         """Send a buffer spec (blocking, standard mode)."""
+        resolve = self._resolver  # (the common call inline: a contiguous array of plain dtype)
+        if (type(buf) is np.ndarray and resolve is not None and buf.dtype in PLAIN_DTYPES
+                and buf.flags.c_contiguous and dest != PROC_NULL):
+            resolve().send(buf, dest, tag)  # its bytes, as validating would give them
+            return
         arr = plain_array(buf, False)
         if arr is not None and dest != PROC_NULL:  # sends the same bytes, unvalidated
             self._native.send(arr, dest, tag)
@@ -510,9 +517,15 @@ class Comm(Collectives):
         status: Status | None = None,
     ) -> None:
         """Receive into a buffer spec; a longer message raises ``TruncationError``."""
-        arr = plain_array(buf, True)
+        resolve = self._resolver  # (the common call inline, as Send's)
+        if type(buf) is np.ndarray and resolve is not None and buf.dtype in PLAIN_DTYPES:
+            flags = buf.flags
+            arr = buf if flags.c_contiguous and flags.writeable else None
+        else:
+            arr = plain_array(buf, True)
         if arr is not None and source != PROC_NULL:  # receives into the same bytes
-            got = self._native.recv(arr, source, tag)
+            native = self._native if resolve is None else resolve()  # (null: it raises)
+            got = native.recv(arr, source, tag)
             if status is not None:
                 status._set(got.source, got.tag, got.nbytes, got.cancelled)
             return
