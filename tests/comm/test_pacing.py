@@ -9,20 +9,23 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from typing import Any
 
 import pytest
 
+from ringworld.comm import engine as engine_module
 from ringworld.comm import pacing
 from ringworld.comm.engine import RECV_SPIN, SHARED_POLLS, Engine
 from ringworld.comm.pacing import SLEEP, SPIN, YIELD, Pacer, Placement
 from ringworld.transport.base import Transport
-from ringworld.transport.cpus import CpuWatch, move_off, this_cpu
+from ringworld.transport.cpus import CpuWatch, QueueWait, move_off, this_cpu
 
 
 class Where:
     """Stands for a transport: says whether the asked ranks share this CPU, and records it."""
 
     knows_cpus = True
+    wakes_on_arrival = False
 
     def __init__(self, shared: bool) -> None:
         self.shared = shared
@@ -176,3 +179,127 @@ def test_a_transport_that_cannot_tell_never_moves_the_rank() -> None:
     placement = Placement(move=lambda: bool(moves.append(1)) or True)
     assert _pacer(blind, placement).step(0.0) == SPIN  # its "True" means only "cannot tell"
     assert moves == [] and blind.asked == [] and not placement.shared
+
+
+class Socket(Where):
+    """Stands for a socket transport: cannot see its peers' CPUs, sleeps until data arrives."""
+
+    knows_cpus = False
+    wakes_on_arrival = True
+
+
+class Queue:
+    """Stands for this thread's run-queue wait (ns): the test sets it; counts the looks."""
+
+    def __init__(self, ns: int | None = 0) -> None:
+        self.ns = ns
+        self.looks = 0
+
+    def __call__(self) -> int | None:
+        self.looks += 1
+        return self.ns
+
+
+def test_a_socket_wait_spins_on_a_quiet_host_and_sleeps_at_once_on_a_busy_one() -> None:
+    queue = Queue()
+    placement = Placement(move=lambda: False, queue=queue)
+    p = _pacer(Socket(False), placement)
+    assert p.step(0.0) == SPIN  # the first look: nothing to compare yet
+    queue.ns += 1000  # 1 us waited in 1 ms: quiet
+    assert p.step(0.001) == SPIN and not placement.contended
+    assert p.step(0.0015) == SPIN and queue.looks == 2  # not looked at again yet
+    queue.ns += int(0.001 * pacing.QUEUE_SHARE * 2e9)  # other work took the CPU meanwhile
+    assert p.step(0.002) == SLEEP and placement.contended
+    # the finding holds for later waits though they, sleeping, leave the queue to the others
+    later = _pacer(Socket(False), placement, now=0.05)
+    assert later.step(0.05) == SLEEP
+    after = 0.002 + pacing.CONTENDED_HOLD + 0.001  # the hold is over and the queue quiet
+    assert _pacer(Socket(False), placement, now=after).step(after) == SPIN
+    assert not placement.shared  # (the shared-CPU finding is another one: left alone)
+
+
+def test_only_a_wait_that_sleeps_until_arrival_looks_at_the_queue() -> None:
+    queue = Queue()
+    placement = Placement(move=lambda: False, queue=queue)
+
+    class Blind(Where):
+        knows_cpus = False
+
+    for t in (None, Blind(False)):
+        p = _pacer(t, placement)
+        assert p.step(0.0) == SPIN and p.step(0.005) == SPIN
+    assert queue.looks == 0
+    unknown = Placement(move=lambda: False, queue=Queue(None))  # no schedstat: spin as before
+    p = _pacer(Socket(False), unknown)
+    assert p.step(0.0) == SPIN and p.step(0.001) == SPIN and p.step(0.0101) == SLEEP
+
+
+class Wire(Transport):
+    """A socket-like transport that never delivers: counts polls and records each sleep."""
+
+    knows_cpus = False
+    wakes_on_arrival = True
+
+    def __init__(self) -> None:
+        super().__init__(0, [1])
+        self.polls = 0
+        self.sleeps: list[int] = []  # the poll count at each sleep
+
+    def isend(self, *args: Any) -> Any:
+        raise NotImplementedError
+
+    def poll(self, deliver: Any) -> bool:
+        self.polls += 1
+        return False
+
+    def wait_event(self, timeout: float, waiting: Any = None) -> None:
+        self.sleeps.append(self.polls)
+
+    def check_peers(self) -> None:
+        return
+
+    def close(self) -> None:
+        return
+
+
+def test_an_engine_on_a_contended_host_sleeps_after_a_short_first_spin() -> None:
+    wire = Wire()
+    busy = Queue()
+    e = Engine(0, 2, [None, wire], cpus=[64, 64])
+    e.placement.queue = busy
+    e.placement.move = lambda: False
+    try:
+        e.wait_for(lambda: len(wire.sleeps) > 0, 5.0, lambda: "test")
+        quiet = wire.sleeps[0]  # a quiet host: the whole spin (SPIN_TIME) before sleeping
+        assert quiet > engine_module.FAST_POLLS + engine_module.SPIN_POLLS
+        wire.polls, wire.sleeps = 0, []
+        busy.ns = 10**12  # this thread waited for a CPU: the host is contended
+        e.placement.next_queue_check = 0.0
+        e.wait_for(lambda: len(wire.sleeps) > 0, 5.0, lambda: "test")
+        assert e.placement.contended
+        wire.polls, wire.sleeps = 0, []
+        e.wait_for(lambda: len(wire.sleeps) > 0, 5.0, lambda: "test")
+        # (a poll per check of the condition, a few more around the pacer's first step)
+        assert wire.sleeps[0] <= 2 * engine_module.SHARED_POLLS + 2, wire.sleeps
+    finally:
+        e.close()
+
+
+def test_queue_wait_reads_this_threads_run_queue_wait() -> None:
+    import threading
+
+    q = QueueWait()
+    try:
+        first = q()
+        if first is None:
+            pytest.skip("no /proc/thread-self/schedstat here")
+        assert first >= 0 and q() >= first  # type: ignore[operator]
+        got: list[int | None] = []
+        t = threading.Thread(target=lambda: got.append(q()))  # another thread: its own file
+        t.start()
+        t.join()
+        assert got[0] is not None and got[0] >= 0
+    finally:
+        q.close()
+    assert q() is not None  # reopens after close
+    q.close()

@@ -533,7 +533,8 @@ class Engine(CallChecks):
         progress = self.progress
         # the common case: done within a few polls, no clock reads (fewer beside a peer on this
         # CPU: it runs only once this rank yields)
-        for _ in range(SHARED_POLLS if self.placement.shared else FAST_POLLS):
+        pl = self.placement  # (contended: only a socket's waits look; see comm.pacing)
+        for _ in range(SHARED_POLLS if pl.shared or pl.contended else FAST_POLLS):
             if progress() and self.dead and not cond():
                 self._raise_if_needed(depends, describe)
             if cond():
@@ -565,7 +566,8 @@ class Engine(CallChecks):
                    depends: Callable[[Collection[int]], int | None] | None) -> None:
         progress = self.progress
         placement = self.placement
-        spin = self.spin_polls if not placement.shared else SHARED_POLLS
+        spin = (SHARED_POLLS if placement.shared or placement.contended
+                else self.spin_polls)
         polls = 0
         transports = self.transports
         pacer: Pacer | None = None
@@ -704,6 +706,7 @@ class Engine(CallChecks):
 
     def close(self) -> None:
         """Close every transport; idempotent."""
+        self.placement.close()
         for t in self.transports:
             t.close()
         self.transports = []

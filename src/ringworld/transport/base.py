@@ -234,6 +234,9 @@ class Transport(ABC):
 
     #: whether :meth:`shares_cpu` can tell (peers on this host whose processes it can see)
     knows_cpus = False
+    #: whether :meth:`wait_event` sleeps in the kernel until a peer's data arrives (a socket's
+    #: wait), so that a waiter that sleeps at once loses only the wake-up, not the message
+    wakes_on_arrival = False
 
     def shares_cpu(self, ranks: Iterable[int]) -> bool:
         """Whether any of ``ranks`` (peers this transport reaches) last ran, or waits to run,

@@ -274,6 +274,7 @@ class TcpTransport(Transport):
     """
 
     name = "tcp"
+    wakes_on_arrival = True  # (wait_event: one epoll_wait on the peers' sockets)
 
     def __init__(
         self, rank: int, sockets: Mapping[int, socket.socket], *, checksum: bool = False,
