@@ -44,6 +44,7 @@ def _assert_verified(run: dict[str, Any], sizes: int) -> None:
     assert v["checks"] > 0
     assert [row["size"] for row in run["latency"]] == [0, 8, 100, 4096, 65536, 200000][:sizes]
     assert len(run["stream"]) == sizes
+    assert all(row["cpu_cores"] > 0 for row in run["stream"])  # both ranks' CPU, measured
     assert run["object"]["half_rtt_us"] > 0
 
 
@@ -73,6 +74,7 @@ def test_pingpong_against_socket(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     _assert_verified(doc["runs"]["socket"], 6)
     assert "tcp/socket" in proc.stdout
+    assert "CPU while streaming" in proc.stdout
 
 
 def _mpi_python() -> str | None:

@@ -3,7 +3,8 @@
 Ranks 0 and 1 measure; any further ranks only join the final barrier.
 
 ``latency``  buffer ping-pong; half round trip per size (median of repeats), and size / half-RTT
-``stream``   windowed streaming bandwidth like OSU's osu_bw: a window of isends, then one ack
+``stream``   windowed streaming bandwidth like OSU's osu_bw: a window of isends, then one ack;
+             and the CPU both ranks used meanwhile (CPU time of all their threads / wall time)
 ``object``   ``send_obj``/``recv_obj`` of a small dict, half round trip
 
 Backends (chosen with ``--backend``, imported lazily so this file needs only numpy):
@@ -44,6 +45,7 @@ TAG_ACK = 2
 TAG_OBJ = 3
 TAG_SYNC = 4
 TAG_REPORT = 5
+TAG_CPU = 6
 
 ALIGN = 64  # bytes; numpy's default 16-byte alignment makes copies much slower at some sizes
 SENTINEL = 0xA5
@@ -417,8 +419,8 @@ def run_stream(
     ack = aligned(4)
     isend, irecv, wait_all, send, recv = ops.isend, ops.irecv, ops.wait_all, ops.send, ops.recv
 
-    def loop(n: int) -> int:
-        t0 = time.perf_counter_ns()
+    def loop(n: int) -> tuple[int, int]:
+        c0, t0 = time.process_time_ns(), time.perf_counter_ns()
         if first:
             for _ in range(n):
                 wait_all([isend(b, 1, TAG_DATA) for b in bufs])
@@ -427,23 +429,29 @@ def run_stream(
             for _ in range(n):
                 wait_all([irecv(b, 0, TAG_DATA) for b in bufs])
                 send(ack, 0, TAG_ACK)
-        return time.perf_counter_ns() - t0
+        return time.perf_counter_ns() - t0, time.process_time_ns() - c0
 
     pair_sync(ops)
     loop(warmup)
     samples: list[float] = []
     rates: list[float] = []
+    cpu: list[float] = []  # this process's CPU time (all its threads) / wall time, per repeat
     for _ in range(repeats):
         if not first:
             for buf in bufs:
                 buf.fill(SENTINEL)
         pair_sync(ops)
-        elapsed = loop(iters)
+        elapsed, used = loop(iters)
         samples.append(nbytes * window * iters / elapsed)
         rates.append(window * iters / elapsed * 1e3)
+        cpu.append(used / elapsed)
         if not first:
             for slot, buf in enumerate(bufs):
                 check.data(buf, pattern(nbytes, slot + 1))
+    if not first:
+        ops.send_obj(cpu, 0, TAG_CPU)
+    else:  # both ranks' share per repeat: the cores the transfer kept busy
+        cpu = [a + b for a, b in zip(cpu, ops.recv_obj(source=1, tag=TAG_CPU), strict=True)]
     return {
         "size": nbytes,
         "window": window,
@@ -452,6 +460,7 @@ def run_stream(
         "GBps": statistics.median(samples),
         "msg_rate_M": statistics.median(rates),
         "samples_GBps": samples,
+        "cpu_cores": statistics.median(cpu),
     }
 
 

@@ -135,6 +135,11 @@ def _startup_s(run: RunResult) -> float | None:
     return float(run.startup["median_s"])
 
 
+def _cpu_cores(row: dict[str, Any]) -> float | None:
+    cores = row.get("cpu_cores")  # (absent from results written before it was measured)
+    return None if cores is None or not row["size"] else float(cores)
+
+
 def _nonzero(key: str) -> Getter:
     def get(row: dict[str, Any]) -> float | None:
         return float(row[key]) if row["size"] else None
@@ -157,6 +162,9 @@ def render(runs: Sequence[RunResult], np: int, startup_np: int) -> str:
                     "ping-pong bandwidth, GB/s (size / half round trip; 1 GB = 1e9 bytes)"),
         _size_table(have, "stream", _nonzero("GBps"),
                     "streaming bandwidth, GB/s (osu_bw style: a window of isends, then one ack)"),
+        _size_table(have, "stream", _cpu_cores,
+                    "CPU while streaming, cores (both ranks' CPU time / wall time; below 1 in "
+                    "the ratio: leaner)"),
         _scalar_table(have, _object_us, "small object send_obj/recv_obj", "half RTT, us"),
         _scalar_table([r for r in runs if r.startup], _startup_s,
                       f"start-up: whole command, np={startup_np}, one barrier (median)",
