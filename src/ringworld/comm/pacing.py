@@ -72,6 +72,10 @@ class Placement:
     allreduce: 222 us per call after a 200-poll spin). ``changed(shared)`` is told each change
     (the engine shortens its receives' inline spin); ``move()`` moves this thread to another
     CPU, False where it cannot (see the module's docstring).
+
+    For waits that cannot see their peers (a socket's) it also keeps whether the host is
+    ``contended`` (:meth:`contended_at`, from ``queue()``: this thread's run-queue wait in ns,
+    None where unknown); such waits then skip their first spin and sleep at once.
     """
 
     __slots__ = ("_hold_until", "_queued", "changed", "contended", "move", "next_check",
