@@ -126,6 +126,32 @@ def _requests(comm: object) -> dict[str, Any]:
     for tag, g in zip((7, 8, 9), got3, strict=True):
         world.Recv(g, left, tag)
     out["modes"] = [int(g[0]) for g in got3]
+    # nonblocking and combined calls on plain arrays (their fast path), a list spec and a 2-D
+    # array (validated), completed by Waitall without statuses: every request becomes null, a
+    # persistent one inactive (and it starts again)
+    mine = np.arange(4, dtype="f8") + 10 * rank
+    into = [np.zeros(4), np.zeros(4, dtype="i"), np.zeros((2, 2))]
+    again = world.Recv_init(np.zeros(1, dtype="i"), source=left, tag=13)
+    again.Start()
+    reqs = [world.Irecv(into[0], left, 10), world.Irecv([into[1], MPI.INT], left, 11),
+            world.Irecv(into[2], left, 12), again,
+            world.Isend(mine, right, 10), world.Isend([mine.astype("i"), MPI.INT], right, 11),
+            world.Isend(mine.reshape(2, 2), right, 12),
+            world.Isend(np.array([rank], dtype="i"), right, 13)]
+    assert MPI.Request.Waitall(reqs) is True
+    theirs = np.arange(4, dtype="f8") + 10 * left
+    out["nonblocking"] = ([g.ravel().tolist() for g in into] == [theirs.tolist(),
+                          theirs.astype("i").tolist(), theirs.tolist()],
+                          [bool(r) for r in reqs], repr(again))
+    again.Start()
+    world.Send(np.array([rank], dtype="i"), right, 13)
+    statuses = [MPI.Status()]
+    MPI.Request.Waitall([again], statuses)
+    out["restarted"] = (statuses[0].Get_source(), repr(again))
+    again.Free()
+    back = np.zeros(4)
+    world.Sendrecv(mine, right, 14, back, left, 14, st)
+    out["sendrecv"] = (back.tolist() == theirs.tolist(), st.Get_source(), st.Get_count(MPI.DOUBLE))
     # attributes and handlers
     world.Set_errhandler(MPI.ERRORS_ARE_FATAL)
     out["attrs"] = (world.Get_attr(MPI.UNIVERSE_SIZE), world.Get_attr(MPI.APPNUM),
@@ -147,5 +173,8 @@ def test_requests_and_modes() -> None:
             "isendrecv": ([float(left)] * 3, left, 3),
             "isendrecv_replace": [left, left], "proc_null": True,
             "replace_proc_null": [rank, rank], "modes": [left] * 3,
+            "nonblocking": (True, [False] * 3 + [True] + [False] * 4, "<MPI.Prequest inactive>"),
+            "restarted": (left, "<MPI.Prequest inactive>"),
+            "sendrecv": (True, left, 4),
             "attrs": (3, 0, False, True, True, True, True),
         }, rank

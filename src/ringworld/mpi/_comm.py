@@ -491,6 +491,9 @@ class Comm(Collectives):
 
     def Isend(self, buf: Any, dest: int, tag: int = 0) -> Request:
         """Start sending a buffer spec; keep the buffer unchanged until the request completes."""
+        arr = plain_array(buf, False)
+        if arr is not None and dest != PROC_NULL:  # (_start_send's common case, inline)
+            return Request._wrap(self._native.isend(arr, dest, tag), _Kind.SEND)
         return self._start_send(buf, dest, tag, "Isend", self._native.isend)
 
     def Issend(self, buf: Any, dest: int, tag: int = 0) -> Request:
@@ -499,6 +502,9 @@ class Comm(Collectives):
 
     def _start_send(self, buf: Any, dest: int, tag: int, name: str,
                     start: Callable[[Any, int, int], Any]) -> Request:
+        arr = plain_array(buf, False)
+        if arr is not None and dest != PROC_NULL:  # the same bytes as validating gives
+            return Request._wrap(start(arr, dest, tag), _Kind.SEND)
         if dest == PROC_NULL and buf is None:
             return Request._completed(EMPTY_DONE)
         message = send_message(buf, f"{name}(buf)")
@@ -540,6 +546,9 @@ class Comm(Collectives):
 
     def Irecv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
         """Start receiving into a buffer spec."""
+        arr = plain_array(buf, True)
+        if arr is not None and source != PROC_NULL:  # into the same bytes (see Recv)
+            return Request._wrap(self._native.irecv(arr, source, tag), _Kind.RECV_BUF)
         if source == PROC_NULL and buf is None:
             return Request._completed(PROC_NULL_DONE)
         message = recv_message(buf, "Irecv(buf)")
@@ -558,6 +567,10 @@ class Comm(Collectives):
         status: Status | None = None,
     ) -> None:
         """Send ``sendbuf`` to ``dest`` and receive into ``recvbuf`` from ``source``."""
+        out, into = plain_array(sendbuf, False), plain_array(recvbuf, True)
+        if out is not None and into is not None and dest != PROC_NULL and source != PROC_NULL:
+            _fill(status, self._native.sendrecv(out, dest, into, source, sendtag, recvtag))
+            return  # (plain arrays, as Send's and Recv's: the bytes validating would give)
         outgoing = None
         if not (dest == PROC_NULL and sendbuf is None):
             outgoing = send_message(sendbuf, "Sendrecv(sendbuf)")

@@ -64,9 +64,10 @@ class Request:
 
     @classmethod
     def _wrap(cls, native: ringworld.Request[Any], kind: _Kind) -> Request:
-        request = cls()
+        request = cls.__new__(cls)  # (every field set here: no __init__ call per request)
         request._native = native
         request._kind = kind
+        request._done = None
         return request
 
     @classmethod
@@ -214,7 +215,15 @@ class Request:
         cls, requests: Sequence[Request], statuses: list[Status] | None = None
     ) -> Literal[True]:
         """Wait for every request; ``statuses[i]`` receives request i's status."""
-        cls.waitall(requests, statuses)
+        if statuses is not None:
+            cls.waitall(requests, statuses)
+            return True
+        # the common call: nothing to hand out, so no completion records are made
+        natives = [r._native for r in requests if r._native is not None]
+        if natives:
+            ringworld.wait_all(natives)  # (raises before any request is released, as waitall)
+        for r in requests:
+            r._native = r._done = None  # released (a persistent request: inactive)
         return True
 
     @classmethod
