@@ -491,9 +491,6 @@ class Comm(Collectives):
 
     def Isend(self, buf: Any, dest: int, tag: int = 0) -> Request:
         """Start sending a buffer spec; keep the buffer unchanged until the request completes."""
-        arr = plain_array(buf, False)
-        if arr is not None and dest != PROC_NULL:  # (_start_send's common case, inline)
-            return Request._wrap(self._native.isend(arr, dest, tag), _Kind.SEND)
         return self._start_send(buf, dest, tag, "Isend", self._native.isend)
 
     def Issend(self, buf: Any, dest: int, tag: int = 0) -> Request:
