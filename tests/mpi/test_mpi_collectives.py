@@ -916,6 +916,13 @@ def test_the_spec_repeat_takes_only_arrays_with_their_own_datatype() -> None:
         assert _again_specs(native, "allgather", send, recv, None)  # type: ignore[arg-type]
         (s, r), = native.got
         assert s is want[0] and r is want[1]
+    one = [x, MPI.FLOAT]  # Bcast's form: one spec as both buffers
+    native = Native()
+    assert _again_specs(native, "bcast", one, one, None)  # type: ignore[arg-type]
+    (s, r), = native.got
+    assert s is x and r is x
+    wrong = [x, MPI.INT]
+    assert not _again_specs(Native(), "bcast", wrong, wrong, None)  # type: ignore[arg-type]
     others = ([x, MPI.INT], [x, MPI.DOUBLE], [x], [x, 3, MPI.FLOAT], [x, None],
               [x.tolist(), MPI.FLOAT], [bytearray(12), MPI.FLOAT], "ab", None,
               bytearray(4), {"a": 1}, MPI.IN_PLACE)

@@ -109,6 +109,8 @@ def _again_specs(native: ringworld.Communicator, coll: str, sendbuf: Any, recvbu
         r, rtype = recvbuf
         if sendbuf is IN_PLACE or type(sendbuf) is _nd:
             s = sendbuf
+        elif sendbuf is recvbuf:  # (Bcast's one buffer: tested once, below)
+            s = r
         else:
             s, stype = sendbuf
             if type(s) is not _nd or _dtype_of(id(stype)) is not s.dtype:
