@@ -109,8 +109,8 @@ def _bad_calls(comm: Communicator) -> list[tuple[str, Callable[[], Any], type, t
         ("iallreduce: algorithm shm", lambda: comm.iallreduce(x, e(p * 2, np.int64),
                                                               algorithm="shm"),
          ValueError, ("shm", "blocking")),
-        ("allgatherv: algorithm shm", lambda: comm.allgatherv(
-            x[:1], e(p, np.int64), [1] * p, algorithm="shm"), ValueError, ("shm", "allgatherv")),
+        ("iallgatherv: algorithm shm", lambda: comm.iallgatherv(
+            x[:1], e(p, np.int64), [1] * p, algorithm="shm"), ValueError, ("shm", "blocking")),
         ("reduce_scatter: algorithm shm", lambda: comm.reduce_scatter(
             x, e(2, np.int64), [2] * p, algorithm="shm"), ValueError, ("shm",)),
     ] + ([] if p == 1 else [  # in a world of one every length is a multiple of the size
@@ -120,6 +120,8 @@ def _bad_calls(comm: Communicator) -> list[tuple[str, Callable[[], Any], type, t
     ]) + ([] if comm.transport == "shm" else [
         ("allreduce: algorithm shm without shared memory", lambda: comm.allreduce(
             x, e(p * 2, np.int64), algorithm="shm"), ValueError, ("shm",)),
+        ("allgatherv: algorithm shm without shared memory", lambda: comm.allgatherv(
+            x[:1], e(p, np.int64), [1] * p, algorithm="shm"), ValueError, ("shm", "memory")),
     ])
 
 

@@ -16,6 +16,7 @@ from ringworld.algorithms.registry import (
     DIRECT_COLLECTIVES,
     REGISTRY,
     SCHEDULE,
+    VECTOR_DIRECT,
     lookup,
 )
 from ringworld.testing import run_threads
@@ -31,7 +32,8 @@ def test_every_algorithm_is_a_registry_entry_with_its_kind() -> None:
             assert algo.name == name and algo.kind in (SCHEDULE, DIRECT, COMPOSITE)
             assert (algo.kind == SCHEDULE) == (name in REGISTRY[coll])
             assert algo.blocking_only == (algo.kind != SCHEDULE)
-    assert {c for c, a in ALGORITHMS.items() if "shm" in a} == set(DIRECT_COLLECTIVES)
+    assert ({c for c, a in ALGORITHMS.items() if "shm" in a}
+            == set(DIRECT_COLLECTIVES) | set(VECTOR_DIRECT))
     assert set(DIRECT_COLLECTIVES) == set(SHM_MODELS)  # the cost model knows each one
     assert [c for c, a in ALGORITHMS.items() if any(x.kind == COMPOSITE for x in a.values())
             ] == ["allreduce"]
@@ -145,7 +147,9 @@ def test_ringworld_plan_explain_prints_the_decision_a_call_takes() -> None:
     r = explain("--explain", "--size", "1MiB", "--transport", "tcp",
                 RINGWORLD_ALGORITHMS="allreduce:ring")
     assert r.returncode == 0 and "ring (schedule): forced by RINGWORLD_ALGORITHMS" in r.stdout
-    r = explain("--explain", "--collective", "allgatherv", "--algorithm", "shm")
-    assert r.returncode == 2 and "not an algorithm of allgatherv" in r.stderr
+    r = explain("--explain", "--collective", "reduce_scatter", "--algorithm", "shm")
+    assert r.returncode == 2 and "not an algorithm of reduce_scatter" in r.stderr
+    r = explain("--explain", "--collective", "allgatherv")
+    assert r.returncode == 0 and "shm (direct): the ranks share memory" in r.stdout, r.stdout
     r = explain()
     assert r.returncode == 2 and "--topology is required (or --explain)" in r.stderr

@@ -91,9 +91,14 @@ COLLECTIVES = tuple(REGISTRY)
 #: the collectives with a direct (shared-memory) algorithm
 DIRECT_COLLECTIVES = ("barrier", "allreduce", "reduce", "bcast", "allgather",
                       "reduce_scatter_block", "alltoall", "gather", "scatter", "scan", "exscan")
+#: the v-variants with a shared-memory path: it takes every call whose ranks share memory
+#: (their blocks differ by rank, so no rank can choose by size alike with the others), moving
+#: the data itself where it fits its slots (see ``algorithms.shm_vector``)
+VECTOR_DIRECT = ("allgatherv", "gatherv", "scatterv", "alltoallv")
 _OTHER: dict[str, dict[str, Algorithm]] = {
-    c: {SHM: A(SHM, _no_schedule, equal_blocks_only=True, kind=DIRECT, blocking_only=True)}
-    for c in DIRECT_COLLECTIVES}
+    c: {SHM: A(SHM, _no_schedule, equal_blocks_only=c not in VECTOR_DIRECT, kind=DIRECT,
+               blocking_only=True)}
+    for c in DIRECT_COLLECTIVES + VECTOR_DIRECT}
 _OTHER["allreduce"][HIERARCHICAL] = A(HIERARCHICAL, _no_schedule, commutative_only=True,
                                       kind=COMPOSITE, blocking_only=True)
 #: every algorithm of every collective, of every kind

@@ -36,9 +36,8 @@ MAX_RANKS = HEADER // 8 - 64  # one header word per peer (consumed counters from
 # is handed (ringworld.tuning.shm_paths.DEFAULT: the measured sizes, and why)
 RACE_ALLTOALL, RACE_ALLGATHER, RACE_REDUCE_SCATTER = 0, 1, 2  # indices: RACED order
 RACE_WORD = 16  # header words 16..21: rank 0's picks, by collective and call parity
-# broadcasts of up to EAGER_MAX bytes go through a ring of this many entries (EAGER_MAX bytes
-# each) in the root's window, without a sync: the root returns once its data is in the ring
-# (see Arena.eager_bcast)
+# broadcasts of up to EAGER_MAX bytes go through a ring of this many entries (EAGER_MAX each) in
+# the root's window, without a sync: the root returns once its data is there (Arena.eager_bcast)
 EAGER_RING = 8
 EAGER_DONE = 23  # header word: the eager broadcasts this rank has finished
 PROGRESS = 14  # header word: a call's progress between two syncs (see Arena.tell)
@@ -282,6 +281,8 @@ class Arena:
         key = (what, *kind)
         found = self._crc.get(key)
         if found is None:
+            if len(self._crc) > 4096:  # (a program of endlessly new allgatherv counts)
+                self._crc.clear()
             text = " ".join(str(k) for k in key)
             found = self._crc[key] = (zlib.crc32(text.encode()), text)
         return (nbytes, *found)

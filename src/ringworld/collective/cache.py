@@ -40,6 +40,10 @@ def _in_place() -> Any:
     return IN_PLACE
 
 
+def _none() -> None:
+    """Stands for the weak reference to a buffer passed as None (a v-variant's)."""
+
+
 def _shape_key(coll: str, extra: Any, sendbuf: Any, recvbuf: Any) -> tuple[Any, ...]:
     """A call's key in ``shapes``: collective, op or root, and the arrays' dtypes and shapes."""
     if sendbuf is IN_PLACE:
@@ -114,7 +118,7 @@ class Kept(NamedTuple):
 class CallCache:
     """A communicator's memory of its calls (see the module's docstring)."""
 
-    __slots__ = ("last", "ndarray", "ops", "plans", "shapes")
+    __slots__ = ("adapter", "last", "ndarray", "ops", "plans", "shapes", "vector")
 
     def __init__(self) -> None:
         # per collective: (weak refs to the last call's sendbuf and recvbuf, its op or root as
@@ -127,10 +131,16 @@ class CallCache:
         self.plans: dict[tuple[Any, ...], tuple[str, bool]] = {}
         self.ops: dict[tuple[Any, np.dtype[Any]], Op] = {}
         self.ndarray: Any = None  # numpy's ndarray type, once a call has loaded numpy
+        # per v-variant, its last call in the shared windows (see keep_vector)
+        self.vector: dict[str, tuple[Any, ...]] = {}
+        # what an adapter (ringworld.MPI) remembers of its own calls, by its own key
+        self.adapter: dict[Any, Any] = {}
 
     def clear(self) -> None:
         """Forget everything (the communicator was freed)."""
         self.last.clear()
+        self.vector.clear()
+        self.adapter.clear()
         self.shapes.clear()
         self.plans.clear()
         self.ops.clear()
@@ -199,6 +209,38 @@ class CallCache:
             run = run.bound(sendbuf, recvbuf)
         self.last[coll] = (send, weakref.ref(recvbuf), extra, recvbuf.dtype, kept.sig, run,
                            kept.op, kept.root)
+
+    def keep_vector(self, call: Call, sendbuf: Any, recvbuf: Any, key: tuple[Any, ...],
+                    sig: tuple[int, int, str]) -> None:
+        """Remember a v-variant's call, begun in the shared windows, as its collective's last
+        (read by ``Communicator._again_vector``): if its buffers are the user's contiguous
+        numpy arrays (or None, a side this rank does not pass), ``key`` (its counts, displs
+        and root, as passed) holds lists, tuples, ints or None, and it needs no finishing.
+        Entry: weak refs to sendbuf and recvbuf (or None's stand-in), a copy of ``key``, the
+        dtype, ``sig``, the call's spec and size, and its send and receive arrays' stand-ins
+        for a None."""
+        nd = type(call.arrays[1])
+        if call.finish is not None or call.in_place:
+            return
+        refs: list[Callable[[], Any]] = []
+        for buf in (sendbuf, recvbuf):
+            if buf is None:
+                refs.append(_none)
+            elif type(buf) is nd and buf.flags.c_contiguous:
+                refs.append(weakref.ref(buf))
+            else:
+                return
+        copy: list[Any] = []
+        for k in key:
+            if type(k) is list or type(k) is tuple:
+                copy.append(k[:])  # (a list the user changes later must not match)
+            elif k is None or type(k) is int:
+                copy.append(k)
+            else:
+                return
+        self.vector[call.collective] = (refs[0], refs[1], tuple(copy), call.arrays[1].dtype,
+                                        sig, call.spec, call.nbytes, call.arrays[0],
+                                        call.arrays[1])
 
     def op(self, op: Any, *arrays: Array) -> Op:
         """``op`` resolved, and checked against the dtype of the first non-empty array (every

@@ -211,8 +211,8 @@ def gatherv(f: Frame, sendbuf: Any, recvbuf: Any, counts: Counts, displs: Counts
         sb = bufs.as_array(sendbuf, "sendbuf")
         rb = bufs.EMPTY_U8.view(sb.dtype)
         spec = Spec(p, r, sb.size, root)
-    return Call("gatherv", spec, (sb, rb), nbytes=sb.nbytes,
-                in_place=r == root and sendbuf is IN_PLACE)
+    return Call("gatherv", spec, (sb, rb), nbytes=sb.nbytes, equal_blocks=False,
+                shared=(0, (sb.dtype, root)), in_place=r == root and sendbuf is IN_PLACE)
 
 
 def scatter(f: Frame, sendbuf: Any, recvbuf: Any, root: int) -> Call:
@@ -257,8 +257,8 @@ def scatterv(f: Frame, sendbuf: Any, recvbuf: Any, counts: Counts, displs: Count
         rb = bufs.as_array(recvbuf, "recvbuf", writable=True)
         sb = bufs.EMPTY_U8.view(rb.dtype)
         spec = Spec(p, r, rb.size, root)
-    return Call("scatterv", spec, (sb, rb), nbytes=rb.nbytes,
-                in_place=r == root and recvbuf is IN_PLACE)
+    return Call("scatterv", spec, (sb, rb), nbytes=rb.nbytes, equal_blocks=False,
+                shared=(0, (rb.dtype, root)), in_place=r == root and recvbuf is IN_PLACE)
 
 
 def allgather(f: Frame, sendbuf: Any, recvbuf: Any, counts: Counts, displs: Counts) -> Call:
@@ -278,8 +278,10 @@ def allgather(f: Frame, sendbuf: Any, recvbuf: Any, counts: Counts, displs: Coun
           else bufs.as_array(sendbuf, "sendbuf"))
     bufs.check_len(sb, c[r], "sendbuf", "counts[rank]")
     bufs.same_dtype(sb, rb, "sendbuf", "recvbuf")
+    # in the shared windows every rank checks every rank's counts (the signature holds them)
     return Call("allgatherv", Spec(p, r, c[r], counts=c, displs=d), (sb, rb), nbytes=sb.nbytes,
-                equal_blocks=False, in_place=sendbuf is IN_PLACE)
+                equal_blocks=False, shared=(sum(c) * rb.itemsize, (rb.dtype, c)),
+                in_place=sendbuf is IN_PLACE)
 
 
 def alltoall(f: Frame, sendbuf: Any, recvbuf: Any) -> Call:
@@ -306,8 +308,8 @@ def alltoallv(f: Frame, sendbuf: Any, recvbuf: Any, sendcounts: Sequence[int],
     bufs.same_dtype(sb, rb, "sendbuf", "recvbuf")
     bufs.check_own_block(sc, rc, r)
     spec = Spec(p, r, 0, counts=sc, displs=sd, rcounts=rc, rdispls=rd)
-    return Call("alltoallv", spec, (sb, rb), nbytes=sb.nbytes // p,
-                in_place=sendbuf is IN_PLACE)
+    return Call("alltoallv", spec, (sb, rb), nbytes=sb.nbytes // p, equal_blocks=False,
+                shared=(0, (rb.dtype,)), in_place=sendbuf is IN_PLACE)
 
 
 def alltoallw(f: Frame, sendbufs: Sequence[Any], recvbufs: Sequence[Any]) -> Call:

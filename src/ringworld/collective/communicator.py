@@ -38,10 +38,13 @@ from ringworld.errors import CommRevoked, MismatchError, PeerFailure
 
 if TYPE_CHECKING:
     from ringworld.algorithms import shm_collectives as shm
+    from ringworld.algorithms import shm_vector
+    from ringworld.algorithms.schedule import Spec
     from ringworld.collective.buffers import Array
     from ringworld.device.plane import Plane
 else:  # imported on the first collective call: init() and point-to-point never load numpy
     shm = LazyModule("ringworld.algorithms.shm_collectives", globals(), "shm")
+    shm_vector = LazyModule("ringworld.algorithms.shm_vector", globals(), "shm_vector")
 
 
 __all__ = ["IN_PLACE", "UNDEFINED", "Communicator"]
@@ -74,7 +77,7 @@ class Communicator(CommManagement):
             return self._on_device(prepare, args, blocking, timeout)
         else:
             return self._start(call, algorithm, blocking, timeout, keep)
-        if refused.collective in ("reduce", "gather", "scatter"):
+        if refused.collective in ("reduce", "gather", "scatter", "gatherv", "scatterv"):
             self._refuse_rooted(refused.collective, refused.error, refused.own, refused.op,
                                 algorithm, blocking)
         else:
@@ -162,7 +165,6 @@ class Communicator(CommManagement):
         sb, rb = call.arrays[0], call.arrays[1]
         if coll == "bcast":
             sb = rb
-        run = shm.RUN[coll]
         nbytes, kind = call.shared
         a = self._arena
         if a is None:  # the first call maps the windows
@@ -171,12 +173,65 @@ class Communicator(CommManagement):
         else:
             sig = a.signature(coll, nbytes, kind)
             a = self._shm(coll, timeout, sig=sig)
+        if coll in shm_vector.RUN:
+            if keep is not None:
+                self._cache.keep_vector(call, keep[0], keep[1], keep[2], sig)
+            return self._vector_in_shared(coll, call.spec, sb, rb, call.nbytes, call.finish, a,
+                                          timeout)
+        run = shm.RUN[coll]
         self._in_windows(run, a, sb, rb, o, call.spec.root)
         if call.finish is not None:
             call.finish()
         if keep is not None:
             self._cache.keep(call, keep[0], keep[1], sb, rb, keep[2], sig, run)
         return self._done
+
+    def _vector_in_shared(self, coll: str, spec: Spec, sb: Array, rb: Array, nbytes: int,
+                          finish: Callable[[], None] | None, a: shm.Arena,
+                          timeout: float | None) -> Request[None]:
+        """Run a v-variant, begun in the shared windows: there where its blocks fit them, else
+        (every rank decides alike, see :mod:`ringworld.algorithms.shm_vector`) on the message
+        path after."""
+        try:
+            done = shm_vector.RUN[coll](a, spec, sb, rb)
+        except BaseException as exc:
+            a.abandon(exc)
+            raise
+        if done:
+            if finish is not None:
+                finish()
+            return self._done
+        algo = self.selector.choose(coll, self.size, nbytes, self.transport,
+                                    equal_blocks=False, layout=self._layout)
+        self.last_algorithm = f"{SHM}+{algo}"
+        return self._go(coll, algo, spec, (sb, rb), None, True, timeout, finish)
+
+    def _again_vector(self, coll: str, sendbuf: Any, recvbuf: Any, key: tuple[Any, ...],
+                      timeout: float | None) -> bool:
+        """A v-variant repeated on the same arrays with equal counts (see
+        :meth:`CallCache.keep_vector`): straight into the shared windows, without the checks;
+        False, having done nothing, if it is no such repeat."""
+        last = self._cache.vector.get(coll)
+        if (last is None or last[0]() is not sendbuf or last[1]() is not recvbuf
+                or last[2] != key):
+            return False
+        sb = last[7] if sendbuf is None else sendbuf
+        rb = last[8] if recvbuf is None else recvbuf
+        dt = last[3]
+        if sb.dtype is not dt or rb.dtype is not dt:
+            return False
+        if recvbuf is not None:
+            flags = recvbuf.flags
+            if not flags.writeable:
+                return False
+            if recvbuf.ndim != 1:
+                rb = rb.reshape(-1)
+        if sendbuf is not None and sendbuf.ndim != 1:
+            sb = sb.reshape(-1)
+        self.last_algorithm = SHM
+        self._vector_in_shared(coll, last[5], sb, rb, last[6], None,
+                               self._shm(coll, timeout, sig=last[4]), timeout)
+        return True
 
     def _plan_call(self, call: Call, algorithm: str | None, blocking: bool,
                    commutative: bool) -> tuple[str, bool]:
@@ -469,8 +524,11 @@ class Communicator(CommManagement):
         Raises:
             TypeError / ValueError, Timeout, PeerFailure, TruncationError.
         """
+        key = (counts, displs, root)
+        if algorithm is None and self._again_vector("gatherv", sendbuf, recvbuf, key, timeout):
+            return
         self._run(calls.gatherv, (sendbuf, recvbuf, counts, displs, root), algorithm, True,
-                  timeout)
+                  timeout, (sendbuf, recvbuf, key))
 
     @observable("collective", start=True)
     def igatherv(self, sendbuf: Any, recvbuf: Any, counts: Sequence[int] | None = None,
@@ -514,8 +572,11 @@ class Communicator(CommManagement):
         Raises:
             TypeError / ValueError, Timeout, PeerFailure, TruncationError.
         """
+        key = (counts, displs, root)
+        if algorithm is None and self._again_vector("scatterv", sendbuf, recvbuf, key, timeout):
+            return
         self._run(calls.scatterv, (sendbuf, recvbuf, counts, displs, root), algorithm, True,
-                  timeout)
+                  timeout, (sendbuf, recvbuf, key))
 
     @observable("collective", start=True)
     def iscatterv(self, sendbuf: Any, recvbuf: Any, counts: Sequence[int] | None = None,
@@ -555,7 +616,12 @@ class Communicator(CommManagement):
         Raises:
             TypeError / ValueError, Timeout, PeerFailure, TruncationError.
         """
-        self._run(calls.allgather, (sendbuf, recvbuf, counts, displs), algorithm, True, timeout)
+        key = (counts, displs)
+        if algorithm is None and self._again_vector("allgatherv", sendbuf, recvbuf, key,
+                                                    timeout):
+            return
+        self._run(calls.allgather, (sendbuf, recvbuf, counts, displs), algorithm, True, timeout,
+                  (sendbuf, recvbuf, key))
 
     @observable("collective", start=True)
     def iallgatherv(self, sendbuf: Any, recvbuf: Any, counts: Sequence[int],
@@ -597,8 +663,11 @@ class Communicator(CommManagement):
         Raises:
             TypeError / ValueError, Timeout, PeerFailure, TruncationError.
         """
+        key = (sendcounts, recvcounts, sdispls, rdispls)
+        if algorithm is None and self._again_vector("alltoallv", sendbuf, recvbuf, key, timeout):
+            return
         self._run(calls.alltoallv, (sendbuf, recvbuf, sendcounts, recvcounts, sdispls, rdispls),
-                  algorithm, True, timeout)
+                  algorithm, True, timeout, (sendbuf, recvbuf, key))
 
     @observable("collective", start=True)
     def ialltoallv(self, sendbuf: Any, recvbuf: Any, sendcounts: Sequence[int],

@@ -297,6 +297,10 @@ class CollectiveCore(ObjectCollectives):
         windows = False
         try:
             c = True if op is None else ops.resolve(op).commutative
+            if collective in ("gatherv", "scatterv"):  # the windows take every size
+                windows = self._choose(collective, 0, algorithm, equal_blocks=False,
+                                       blocking=blocking) == SHM
+                raise ValueError  # (decided)
             try:
                 b = bufs.as_array(own, "own")
                 if op is not None:

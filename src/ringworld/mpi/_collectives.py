@@ -28,6 +28,7 @@ import ringworld
 from ringworld.collective import calls
 from ringworld.collective.cache import AdapterKey
 from ringworld.comm import hooks
+from ringworld.mpi import _vmemo
 from ringworld.mpi._buffer import (
     SIMPLE_DTYPES,
     Array,
@@ -292,7 +293,12 @@ class Collectives:
 
     def Gatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
         """Gather blocks of different sizes: ``recvbuf`` is ``[buf, (counts, displs), type]``."""
-        self._native.gatherv(*self._gatherv(sendbuf, recvbuf, root, "Gatherv"))
+        n = self._native
+        parts = (sendbuf, recvbuf, root)
+        if not _vmemo.again(n, "Gatherv", parts, n.gatherv):
+            args = self._gatherv(sendbuf, recvbuf, root, "Gatherv")
+            n.gatherv(*args)
+            _vmemo.keep(n, "Gatherv", parts, 1, args)
 
     def Igatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:
         """Start a gatherv."""
@@ -336,7 +342,12 @@ class Collectives:
 
     def Scatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
         """Scatter blocks of different sizes: ``sendbuf`` is ``[buf, (counts, displs), type]``."""
-        self._native.scatterv(*self._scatterv(sendbuf, recvbuf, root, "Scatterv"))
+        n = self._native
+        parts = (sendbuf, recvbuf, root)
+        if not _vmemo.again(n, "Scatterv", parts, n.scatterv):
+            args = self._scatterv(sendbuf, recvbuf, root, "Scatterv")
+            n.scatterv(*args)
+            _vmemo.keep(n, "Scatterv", parts, 1, args)
 
     def Iscatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:
         """Start a scatterv."""
@@ -375,7 +386,12 @@ class Collectives:
 
     def Allgatherv(self, sendbuf: Any, recvbuf: Any) -> None:
         """Allgather of blocks of different sizes (``recvbuf`` a vector spec)."""
-        self._native.allgatherv(*self._allgatherv(sendbuf, recvbuf, "Allgatherv"))
+        n = self._native
+        parts = (sendbuf, recvbuf)
+        if not _vmemo.again(n, "Allgatherv", parts, n.allgatherv):
+            args = self._allgatherv(sendbuf, recvbuf, "Allgatherv")
+            n.allgatherv(*args)
+            _vmemo.keep(n, "Allgatherv", parts, 1, args)
 
     def Iallgatherv(self, sendbuf: Any, recvbuf: Any) -> Request:
         """Start an allgatherv."""
@@ -418,7 +434,12 @@ class Collectives:
 
     def Alltoallv(self, sendbuf: Any, recvbuf: Any) -> None:
         """Alltoall with per-process counts and displacements (vector specs)."""
-        self._native.alltoallv(*self._alltoallv(sendbuf, recvbuf, "Alltoallv"))
+        n = self._native
+        parts = (sendbuf, recvbuf)
+        if not _vmemo.again(n, "Alltoallv", parts, n.alltoallv):
+            args = self._alltoallv(sendbuf, recvbuf, "Alltoallv")
+            n.alltoallv(*args)
+            _vmemo.keep(n, "Alltoallv", parts, 1, args)
 
     def Ialltoallv(self, sendbuf: Any, recvbuf: Any) -> Request:
         """Start an alltoallv."""

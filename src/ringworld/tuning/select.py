@@ -32,6 +32,7 @@ from ringworld.algorithms.registry import (
     HIERARCHICAL,
     REGISTRY,
     SHM,
+    VECTOR_DIRECT,
     Algorithm,
     algorithm,
     lookup,
@@ -222,6 +223,9 @@ class Selector:
             why = "asked for in the call"
         elif forced == name:
             why = "forced by RINGWORLD_ALGORITHMS"
+        elif name == SHM and collective in VECTOR_DIRECT:
+            why = ("the ranks share memory: every v-variant takes the shared windows (blocks "
+                   "too large for their slots then move on the message path)")
         elif p == 1 or len(costs) == 1:
             why = "the only algorithm that can run this call"
         else:
@@ -255,11 +259,12 @@ class Selector:
                                  f"with a commutative op, not {collective} here")
             name = None
         elif kind == DIRECT:
-            if shm and equal_blocks:
+            if shm and (equal_blocks or collective in VECTOR_DIRECT):
                 return SHM
             if requested is not None:
                 raise ValueError(f"algorithm={name!r} needs a blocking call on ranks that "
-                                 "share memory (shm transport) with equal blocks")
+                                 "share memory (shm transport)" + (
+                                     "" if collective in VECTOR_DIRECT else " with equal blocks"))
             name = None  # forced by the environment but impossible here: choose freely
         if name is not None:
             algo = algorithm(collective, name)
@@ -274,6 +279,8 @@ class Selector:
                                      f"run a non-commutative op; use one of {ok}")
                 raise ValueError(f"algorithm={name!r} needs equal blocks on every rank")
             # forced job-wide (RINGWORLD_ALGORITHMS) but unable to run this call: choose freely
+        if shm and collective in VECTOR_DIRECT:
+            return SHM  # every size (see VECTOR_DIRECT): sizes differ by rank, the choice not
         key = (collective, p, nbytes, transport, commutative, equal_blocks, shm, layout)
         found = self._memo.get(key)
         if found is None:

@@ -1,0 +1,201 @@
+"""The v-variants (allgatherv, gatherv, scatterv, alltoallv) in the shared windows.
+
+Their blocks differ by rank, and only some ranks know all of them (a gatherv's or scatterv's
+counts are the root's; an alltoallv rank knows what it sends and what it receives, not what
+the others send each other), so no rank can choose a path from sizes alone as the other
+collectives do (:mod:`ringworld.algorithms.shm_collectives`). Each call here takes one sync
+through the slots: every rank writes a header (its counts, where its blocks lie) and, where
+they fit, its blocks into its slot; after the sync every rank reads the same headers, so all
+decide alike. If everything fitted, each copies what it needs out of the others' slots and the
+call is done (an 8-byte block: 3-6 us at np=2, where the message path took 14-20). If not, the
+runner returns False and the caller moves the data on the message path, as before (for large
+blocks the extra sync costs nothing that counts).
+
+Disagreements raise MismatchError on the ranks that see them, at the same sync, so the windows
+stay usable: an allgatherv's counts are part of the call's signature (every rank raises); a
+gatherv's root and a rank whose block is not the size the root expects both raise (the others'
+blocks arrived); a scatterv's receiver, or an alltoallv's, whose block is not the size it
+expects raises (as MPI reports a truncation at the receiver).
+
+Every runner is ``run(arena, spec, send, recv) -> bool`` (done, or: take the message path).
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import numpy as np
+
+from ringworld.algorithms.schedule import Spec
+from ringworld.algorithms.shm_arena import Arena
+from ringworld.algorithms.shm_policy import SLOT
+from ringworld.errors import MismatchError
+
+__all__ = ["RUN", "VECTOR"]
+
+Array = np.ndarray[Any, Any]
+#: the collectives this module runs
+VECTOR = ("allgatherv", "gatherv", "scatterv", "alltoallv")
+_U8 = np.dtype(np.uint8)
+
+# per arena (by id, with a weak reference to tell a new one at the same address), per (slot
+# parity, dtype): every rank's slot header (int64 words: a flag, p counts, p offsets) and the
+# rest of its slot as that dtype, and how many elements fit there (a WeakKeyDictionary's
+# lookup is a Python call: 0.3 us)
+_Views = tuple[list[memoryview], list[Array], int]
+_VIEWS: dict[int, tuple[weakref.ref[Arena], dict[tuple[int, np.dtype[Any]], _Views]]] = {}
+
+
+def _views(a: Arena, dt: np.dtype[Any]) -> _Views:
+    """The slots of the next sync as the v-variants use them (cached per arena)."""
+    entry = _VIEWS.get(id(a))
+    if entry is None or entry[0]() is not a:
+        if len(_VIEWS) > 64:  # (arenas of freed communicators)
+            _VIEWS.clear()
+        entry = _VIEWS[id(a)] = (weakref.ref(a), {})
+    per = entry[1]
+    key = (a.next_parity(), dt)
+    found = per.get(key)
+    if found is None:
+        if len(per) > 64:
+            per.clear()
+        head = -(-8 * (2 * a.chan.size + 1) // 64) * 64
+        cap = max(0, (int(a.small) - head) // max(1, dt.itemsize))
+        raw = a.slots(key[0], _U8, SLOT)  # (the whole slot, as bytes)
+        found = per[key] = ([s[:head].data.cast("q") for s in raw],
+                            [s[head : head + cap * dt.itemsize].view(dt) for s in raw], cap)
+    return found
+
+
+def _mismatch(a: Arena, text: str) -> MismatchError:
+    """A disagreement seen after a sync every rank passed: the windows stay usable."""
+    exc = MismatchError(f"{a.what}: {text}")
+    setattr(exc, "in_step", True)  # noqa: B010 (no such field in the class: see Arena.abandon)
+    return exc
+
+
+def allgatherv(a: Arena, spec: Spec, send: Array, recv: Array) -> bool:
+    """Every rank's block (``spec.counts[i]`` elements) into ``recv`` at ``spec.displs[i]``;
+    the counts, in the signature, agree on every rank (else the sync raises)."""
+    c, d = spec.counts, spec.displs
+    assert c is not None and d is not None
+    _, data, cap = _views(a, recv.dtype)
+    if max(c) > cap:
+        a.sync()  # (the counts agree: checked there) then the message path
+        return False
+    r = a.chan.rank
+    data[r][: c[r]] = send
+    a.sync()
+    for i, n in enumerate(c):
+        # (its own block too where that is in place: the same bytes onto themselves)
+        recv[d[i] : d[i] + n] = send if i == r else data[i][:n]
+    return True
+
+
+def gatherv(a: Arena, spec: Spec, send: Array, recv: Array) -> bool:
+    """Rank i's ``send`` into the root's ``recv`` at ``spec.displs[i]`` (the root's counts and
+    displs; other ranks know their own block only)."""
+    r, root = a.chan.rank, spec.root
+    c, d = spec.counts or (), spec.displs or ()  # (the root's)
+    head, data, cap = _views(a, send.dtype)
+    mine = head[r]
+    if r == root:
+        mine[0] = large = any(n > cap for i, n in enumerate(c) if i != r)
+        for i, n in enumerate(c):
+            mine[1 + i] = n
+    else:
+        mine[0] = n = send.size
+        if n <= cap:
+            data[r][:n] = send
+    a.sync()
+    if r != root:
+        h = head[root]
+        if h[0]:
+            return False
+        if h[1 + r] != send.size:
+            raise _mismatch(a, f"the root (rank {root}) expects {h[1 + r]} elements from this "
+                               f"rank (rank {r}), which sent {send.size}")
+        return True
+    if large:
+        return False
+    for i, n in enumerate(c):
+        if i == r:
+            recv[d[i] : d[i] + n] = send  # (in place: the same bytes onto themselves)
+        elif head[i][0] != n:
+            raise _mismatch(a, f"rank {i} sent {head[i][0]} elements, this rank (the root, "
+                               f"rank {r}) expects {n} (counts[{i}])")
+        else:
+            recv[d[i] : d[i] + n] = data[i][:n]
+    return True
+
+
+def scatterv(a: Arena, spec: Spec, send: Array, recv: Array) -> bool:
+    """``spec.counts[i]`` elements of the root's ``send`` from ``spec.displs[i]`` into rank
+    i's ``recv`` (the root's counts and displs; other ranks know their own block only)."""
+    r, root = a.chan.rank, spec.root
+    head, data, cap = _views(a, recv.dtype)
+    if r == root:
+        c, d = spec.counts, spec.displs
+        assert c is not None and d is not None
+        p = len(c)
+        mine, out = head[r], data[r]
+        mine[0] = large = sum(c) - c[r] > cap
+        at = 0
+        for i, n in enumerate(c):
+            mine[1 + i] = n
+            mine[1 + p + i] = at
+            if i != r and not large:
+                out[at : at + n] = send[d[i] : d[i] + n]
+                at += n
+        a.sync()
+        recv[...] = send[d[r] : d[r] + c[r]]  # (in place: the same bytes onto themselves)
+        return not large
+    a.sync()
+    h = head[root]
+    if h[0]:
+        return False
+    n = h[1 + r]
+    if n != recv.size:
+        raise _mismatch(a, f"the root (rank {root}) sends {n} elements to this rank (rank {r}), "
+                           f"which expects {recv.size}")
+    at = h[1 + a.chan.size + r]
+    recv[...] = data[root][at : at + n]
+    return True
+
+
+def alltoallv(a: Arena, spec: Spec, send: Array, recv: Array) -> bool:
+    """Block j of ``send`` (``spec.counts[j]`` elements at ``spec.displs[j]``) to rank j,
+    which receives it into ``recv`` at its ``rdispls`` (``rcounts`` it expects)."""
+    sc, sd, rc, rd = spec.counts, spec.displs, spec.rcounts, spec.rdispls
+    assert sc is not None and sd is not None and rc is not None and rd is not None
+    r, p = a.chan.rank, a.chan.size
+    head, data, cap = _views(a, recv.dtype)
+    mine, out = head[r], data[r]
+    mine[0] = large = sum(sc) - sc[r] > cap
+    at = 0
+    for j, n in enumerate(sc):
+        mine[1 + j] = n
+        mine[1 + p + j] = at
+        if j != r and not large:
+            out[at : at + n] = send[sd[j] : sd[j] + n]
+            at += n
+    a.sync()
+    if any(h[0] for h in head):
+        return False
+    for i, h in enumerate(head):
+        n = rc[i]
+        if i == r:
+            recv[rd[r] : rd[r] + n] = send[sd[r] : sd[r] + n]
+        elif h[1 + r] != n:
+            raise _mismatch(a, f"rank {i} sends {h[1 + r]} elements to this rank (rank {r}), "
+                               f"which expects {n} (recvcounts[{i}])")
+        else:
+            at = h[1 + p + r]
+            recv[rd[i] : rd[i] + n] = data[i][at : at + n]
+    return True
+
+
+#: the runners, by collective
+RUN = {"allgatherv": allgatherv, "gatherv": gatherv, "scatterv": scatterv,
+       "alltoallv": alltoallv}

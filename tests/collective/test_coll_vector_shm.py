@@ -1,0 +1,231 @@
+"""The v-variants in the shared windows (``algorithms.shm_vector``): allgatherv, gatherv,
+scatterv and alltoallv on ranks that share memory, with blocks of any size (zero, one, uneven,
+larger than the slots: then the message path after the windows' sync), in place, repeated on
+the same arrays while the data and the counts change (a counts list changed in place must not
+match the kept call), through ``ringworld.MPI`` too; and disagreements raise MismatchError
+where they are seen while the communicator stays usable."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import ringworld
+from ringworld import MPI
+from ringworld.errors import MismatchError
+from ringworld.testing import run_processes
+
+BIG = 40_000  # float64 elements: a block larger than a slot (256 KiB)
+
+
+def _block(i: int, n: int, k: int, dt: Any = np.float64) -> np.ndarray:
+    """Rank i's block of n elements in round k (unique per element, rank and round)."""
+    return (np.arange(n) * 3 + i * 100_000 + k * 7).astype(dt)
+
+
+def _layout(counts: list[int]) -> tuple[list[int], int]:
+    """Displacements with gaps (and in reverse rank order), and the buffer's length."""
+    p = len(counts)
+    displs, at = [0] * p, 1
+    for i in reversed(range(p)):
+        displs[i] = at
+        at += counts[i] + 2
+    return displs, at
+
+
+def _round_counts(p: int, k: int, big: bool) -> list[int]:
+    counts = [(i * 5 + k) % 4 for i in range(p)]  # zeros, ones, uneven
+    if big:
+        counts[k % p] = BIG
+    return counts
+
+
+def _vectors(comm: ringworld.Communicator, dt: Any, big: bool) -> list[str]:
+    p, r = comm.size, comm.rank
+    errors: list[str] = []
+    counts = [0] * p  # one list, changed in place each round (the repeat path must notice)
+    for k in range(6):
+        counts[:] = _round_counts(p, k, big)
+        displs, length = _layout(counts)
+        want = np.full(length, -1, dtype=dt)
+        for i in range(p):
+            want[displs[i] : displs[i] + counts[i]] = _block(i, counts[i], k, dt)
+        send = _block(r, counts[r], k, dt)
+        recv = np.full(length, -1, dtype=dt)
+        comm.allgatherv(send, recv, counts, displs)
+        if not np.array_equal(recv, want):
+            errors.append(f"allgatherv round {k}: {recv} != {want}")
+        root = k % p
+        rb = np.full(length, -1, dtype=dt) if r == root else None
+        comm.gatherv(send, rb, counts, displs, root=root)
+        if rb is not None and not np.array_equal(rb, want):
+            errors.append(f"gatherv round {k}: {rb}")
+        out = np.full(counts[r], -1, dtype=dt)
+        comm.scatterv(want if r == root else None, out, counts, displs, root=root)
+        if not np.array_equal(out, send):
+            errors.append(f"scatterv round {k}: {out} != {send}")
+        # alltoallv: rank r sends (r + 2 j + k) % 3 elements to rank j (one block BIG)
+        sc = [(r + 2 * j + k) % 3 + (BIG if big and (r + j + k) % p == 0 else 0)
+              for j in range(p)]
+        rc = [(i + 2 * r + k) % 3 + (BIG if big and (i + r + k) % p == 0 else 0)
+              for i in range(p)]
+        sd = [sum(sc[:j]) for j in range(p)]
+        rd, rlen = _layout(rc)
+        sb = np.concatenate([_block(r * p + j, sc[j], k, dt) for j in range(p)])
+        rbuf = np.full(rlen, -1, dtype=dt)
+        comm.alltoallv(sb, rbuf, sc, rc, sd, rd)
+        for i in range(p):
+            if not np.array_equal(rbuf[rd[i] : rd[i] + rc[i]], _block(i * p + r, rc[i], k, dt)):
+                errors.append(f"alltoallv round {k}: block from {i}: {rbuf[rd[i]:rd[i] + rc[i]]}")
+        gaps = np.ones(rlen, dtype=bool)
+        for i in range(p):
+            gaps[rd[i] : rd[i] + rc[i]] = False
+        if not np.array_equal(rbuf[gaps], np.full(int(gaps.sum()), -1, dtype=dt)):
+            errors.append(f"alltoallv round {k}: wrote outside the blocks")
+        want_algo = "shm" if not big or p == 1 else "shm+"
+        if p > 1 and not comm.last_algorithm.startswith(want_algo):
+            errors.append(f"round {k}: alltoallv ran {comm.last_algorithm}")
+    return errors
+
+
+@pytest.mark.parametrize(("size", "big"), [(1, False), (2, False), (3, True), (5, False)])
+def test_vector_collectives_in_the_windows(size: int, big: bool) -> None:
+    out = run_processes(size, _vectors, np.float64, big, timeout=120)
+    assert out == [[]] * size
+
+
+@pytest.mark.parametrize("dt", [np.int8, np.complex128, np.dtype([("a", "<i4"), ("b", "<f8")])])
+def test_vector_collectives_of_other_dtypes(dt: Any) -> None:
+    out = run_processes(3, _vectors, dt, False, timeout=120)
+    assert out == [[]] * 3
+
+
+def _same_arrays(comm: ringworld.Communicator) -> list[str]:
+    """The same arrays and counts list, again and again: new data each time, then counts
+    changed in place, then in place (IN_PLACE) and a 2-D buffer."""
+    p, r = comm.size, comm.rank
+    errors: list[str] = []
+    counts = [2] * p
+    displs = [2 * i for i in range(p)]
+    send = np.zeros(2)
+    recv = np.zeros(2 * p)
+    for k in range(8):
+        if k == 4:
+            counts[-1] = 1  # (the last block shrinks: the other ranks keep their arrays)
+            if r == p - 1:
+                send = np.zeros(1)
+        send[:] = _block(r, counts[r], k)
+        recv[:] = -1
+        comm.allgatherv(send, recv, counts, displs)
+        want = np.full(2 * p, -1.0)
+        for i in range(p):
+            want[displs[i] : displs[i] + counts[i]] = _block(i, counts[i], k)
+        if not np.array_equal(recv, want):
+            errors.append(f"repeat {k}: {recv} != {want}")
+    recv[:] = -1
+    recv[displs[r] : displs[r] + counts[r]] = _block(r, counts[r], 9)
+    comm.allgatherv(ringworld.IN_PLACE, recv, counts, displs)
+    want = np.full(2 * p, -1.0)
+    for i in range(p):
+        want[displs[i] : displs[i] + counts[i]] = _block(i, counts[i], 9)
+    if not np.array_equal(recv, want):
+        errors.append(f"in place: {recv}")
+    grid = np.zeros((p, 2))
+    comm.allgatherv(_block(r, 2, 10), grid, [2] * p)
+    if not np.array_equal(grid.reshape(-1), np.concatenate([_block(i, 2, 10) for i in range(p)])):
+        errors.append(f"2-D recvbuf: {grid}")
+    return errors
+
+
+def test_repeats_follow_data_and_counts() -> None:
+    out = run_processes(3, _same_arrays, timeout=60)
+    assert out == [[]] * 3
+
+
+def _mismatches(comm: ringworld.Communicator) -> list[str]:
+    p, r = comm.size, comm.rank
+    errors: list[str] = []
+    one = np.ones(1)
+    # allgatherv: rank 1 passes other counts: every rank raises, at the same sync
+    counts = [1] * p if r != 1 else [1] * (p - 1) + [2]
+    try:
+        comm.allgatherv(np.ones(counts[r]), np.zeros(sum(counts)), counts)
+        errors.append("allgatherv with counts that differ by rank passed")
+    except MismatchError as exc:
+        if "allgatherv" not in str(exc):
+            errors.append(f"allgatherv's mismatch unclear: {exc}")
+    # gatherv: rank 2 sends 2 elements where the root (0) expects 1: those two raise
+    send = np.ones(2 if r == 2 else 1)
+    try:
+        comm.gatherv(send, np.zeros(p) if r == 0 else None, [1] * p, root=0)
+        if r in (0, 2):
+            errors.append("gatherv with a block of another size passed")
+    except MismatchError as exc:
+        if r not in (0, 2) or "expect" not in str(exc):
+            errors.append(f"gatherv: rank {r} raised {exc}")
+    # alltoallv: rank 0 expects 2 elements from rank 1, which sends 1
+    rc = [1] * p if r != 0 else [1, 2] + [1] * (p - 2)
+    try:
+        comm.alltoallv(np.ones(p), np.zeros(sum(rc)), [1] * p, rc)
+        if r == 0:
+            errors.append("alltoallv with a block of another size passed")
+    except MismatchError as exc:
+        if r != 0 or "rank 1" not in str(exc):
+            errors.append(f"alltoallv: rank {r} raised {exc}")
+    # the communicator is still usable, in the windows
+    recv = np.zeros(p)
+    comm.allgatherv(one * r, recv, [1] * p)
+    if not np.array_equal(recv, np.arange(p)):
+        errors.append(f"after the mismatches: {recv}")
+    if comm.last_algorithm != "shm":
+        errors.append(f"after the mismatches: ran {comm.last_algorithm}")
+    return errors
+
+
+def test_disagreements_raise_where_seen_and_leave_the_communicator_usable() -> None:
+    out = run_processes(3, _mismatches, timeout=60)
+    assert out == [[]] * 3
+
+
+def _through_mpi(comm: ringworld.Communicator) -> list[str]:
+    c = MPI.COMM_WORLD
+    p, r = c.Get_size(), c.Get_rank()
+    errors: list[str] = []
+    counts = [1 + i % 2 for i in range(p)]
+    displs = [sum(counts[:i]) for i in range(p)]
+    send = np.zeros(counts[r])
+    recv = np.zeros(sum(counts))
+    a2a_s, a2a_r = np.zeros(p), np.zeros(p)
+    ones, steps = [1] * p, list(range(p))
+    for k in range(6):
+        if k == 3:  # the same list objects, other values: a kept call must not match
+            counts[:] = counts[1:] + counts[:1]
+            displs[:] = [sum(counts[:i]) for i in range(p)]
+            if send.size != counts[r]:  # (the others keep their arrays)
+                send = np.zeros(counts[r])
+        send[:] = _block(r, counts[r], k)
+        want = np.concatenate([_block(i, counts[i], k) for i in range(p)])
+        c.Allgatherv(send, [recv, (counts, displs), MPI.DOUBLE])
+        if not np.array_equal(recv, want):
+            errors.append(f"Allgatherv {k}: {recv}")
+        gathered = np.full(sum(counts), -1.0)
+        c.Gatherv([send, MPI.DOUBLE], [gathered, counts, displs, MPI.DOUBLE] if r == 0 else None,
+                  root=0)
+        if r == 0 and not np.array_equal(gathered, want):
+            errors.append(f"Gatherv {k}: {gathered}")
+        mine = np.full(counts[r], -1.0)
+        c.Scatterv([want, (counts, displs), MPI.DOUBLE] if r == 0 else None, mine, root=0)
+        if not np.array_equal(mine, send):
+            errors.append(f"Scatterv {k}: {mine}")
+        a2a_s[:] = _block(r, p, k)
+        c.Alltoallv([a2a_s, (ones, steps), MPI.DOUBLE], [a2a_r, (ones, steps), MPI.DOUBLE])
+        if not np.array_equal(a2a_r, [_block(i, p, k)[r] for i in range(p)]):
+            errors.append(f"Alltoallv {k}: {a2a_r}")
+    return errors
+
+
+def test_mpi_vector_calls_repeat_with_changing_counts() -> None:
+    out = run_processes(3, _through_mpi, timeout=60)
+    assert out == [[]] * 3
