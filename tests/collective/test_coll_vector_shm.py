@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import ringworld
-from ringworld import MPI
+from ringworld import MPI, runtime
 from ringworld.errors import MismatchError
 from ringworld.testing import run_processes
 
@@ -42,7 +42,8 @@ def _round_counts(p: int, k: int, big: bool) -> list[int]:
     return counts
 
 
-def _vectors(comm: ringworld.Communicator, dt: Any, big: bool) -> list[str]:
+def _vectors(comm: ringworld.Communicator, dt: Any, big: bool, crowded: bool = False
+             ) -> list[str]:
     p, r = comm.size, comm.rank
     errors: list[str] = []
     counts = [0] * p  # one list, changed in place each round (the repeat path must notice)
@@ -63,9 +64,12 @@ def _vectors(comm: ringworld.Communicator, dt: Any, big: bool) -> list[str]:
         if rb is not None and not np.array_equal(rb, want):
             errors.append(f"gatherv round {k}: {rb}")
         out = np.full(counts[r], -1, dtype=dt)
+        root = (k + 1) % p  # (not the rank of the large block: that one stays at its root)
         comm.scatterv(want if r == root else None, out, counts, displs, root=root)
         if not np.array_equal(out, send):
             errors.append(f"scatterv round {k}: {out} != {send}")
+        if p > 1 and not comm.last_algorithm.startswith("shm+" if big else "shm"):
+            errors.append(f"round {k}: scatterv ran {comm.last_algorithm}")
         # alltoallv: rank r sends (r + 2 j + k) % 3 elements to rank j (one block BIG)
         sc = [(r + 2 * j + k) % 3 + (BIG if big and (r + j + k) % p == 0 else 0)
               for j in range(p)]
@@ -87,18 +91,26 @@ def _vectors(comm: ringworld.Communicator, dt: Any, big: bool) -> list[str]:
         want_algo = "shm" if not big or p == 1 else "shm+"
         if p > 1 and not comm.last_algorithm.startswith(want_algo):
             errors.append(f"round {k}: alltoallv ran {comm.last_algorithm}")
+    if p > 1 and comm._arena is not None and comm._arena.crowded != crowded:
+        errors.append(f"the windows' crowded is {comm._arena.crowded}, not {crowded}")
     return errors
 
 
 @pytest.mark.parametrize(("size", "big"), [(1, False), (2, False), (3, True), (5, False)])
-def test_vector_collectives_in_the_windows(size: int, big: bool) -> None:
-    out = run_processes(size, _vectors, np.float64, big, timeout=120)
+@pytest.mark.parametrize("crowded", [False, True])
+def test_vector_collectives_in_the_windows(size: int, big: bool, crowded: bool,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    # ranks that share cores take other paths (a scatterv the root's eager ring): both, on any
+    # machine (the ranks are forked: they see the patched count)
+    monkeypatch.setattr(runtime, "usable_cpus", lambda: 1 if crowded else 64)
+    out = run_processes(size, _vectors, np.float64, big, crowded, timeout=120)
     assert out == [[]] * size
 
 
 @pytest.mark.parametrize("dt", [np.int8, np.complex128, np.dtype([("a", "<i4"), ("b", "<f8")])])
-def test_vector_collectives_of_other_dtypes(dt: Any) -> None:
-    out = run_processes(3, _vectors, dt, False, timeout=120)
+def test_vector_collectives_of_other_dtypes(dt: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runtime, "usable_cpus", lambda: 1)  # (a scatterv through the ring)
+    out = run_processes(3, _vectors, dt, False, True, timeout=120)
     assert out == [[]] * 3
 
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ringworld.algorithms.shm_failure import peer_left
 from ringworld.algorithms.shm_policy import CHUNK, DIRECT, EAGER_MAX, RACED, SLOT, Policy
 from ringworld.algorithms.shm_race import _Race
 from ringworld.errors import CommBroken, CommError, MismatchError, PeerFailure, TransportError
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from ringworld.comm.channel import Channel
 
 Array = np.ndarray[Any, Any]
+Fill = Callable[[int, Array], None]  # moves an eager call's data itself (see eager_bcast)
 
 HEADER = 4096
 PAGE = 4096
@@ -457,10 +459,12 @@ class Arena:
                     f"call or made one more); per rank, its call number: "
                     + ", ".join(f"rank {i}: #{c[sq]}" for i, c in enumerate(self._ctr)))
 
-    def eager_bcast(self, buf: Array, root: int, skip: int = 0) -> None:
+    def eager_bcast(self, buf: Array, root: int, skip: int = 0, fill: Fill | None = None) -> None:
         """Broadcast ``buf`` (at most EAGER_MAX bytes) through ``root``'s ring, without a sync;
         with ``skip``, a rank other than the root takes the ``buf.size`` elements that follow
         the first ``skip`` of the root's data (a scatter: the root's ``buf`` holds them all).
+        With ``fill``, ``buf`` only shapes the entry, and ``fill(root, entry)`` moves the data
+        in place of the copy (the root's writes the entry, the others' read it).
 
         Broadcast number s (counted alike on every rank) uses entry s % EAGER_RING of the
         root's ring. The root waits until every rank has finished broadcast s - EAGER_RING
@@ -487,23 +491,27 @@ class Arena:
         s, word, stamp = self._eager_begin()
         me = self.chan.rank
         if me == root:
-            self._eager_put(buf, s, word, stamp, True)
+            self._eager_put(buf, s, word, stamp, True, fill)
         else:
             if self._ctr[root][word] != stamp:  # (usually there: no call to look)
                 self._eager_take(root, s, word, stamp, ("its root", "broadcast", "broadcast"))
-            buf[...] = self._entry(root, s % EAGER_RING, buf, skip)
+            if fill is None:
+                buf[...] = self._entry(root, s % EAGER_RING, buf, skip)
+            else:
+                fill(root, self._entry(root, s % EAGER_RING, buf))
         self._eager_end(s, root, stamp)
 
-    def eager_gather(self, buf: Array, root: int, out: Array) -> None:
+    def eager_gather(self, buf: Array, root: int, out: Array, fill: Fill | None = None) -> None:
         """Gather every rank's ``buf`` (at most EAGER_MAX bytes) into ``out`` of ``root``,
         block i from rank i, without a sync: each other rank puts its ``buf`` into its own
         ring as a broadcast's root does (same numbering, rules and errors as
         :meth:`eager_bcast`) and returns; the root copies the blocks out as they are stamped
-        (a root refusing the call: :meth:`refuse_gather`). Raises: as :meth:`eager_bcast`."""
+        (a root refusing the call: :meth:`refuse_gather`). With ``fill``: as eager_bcast's,
+        ``fill(i, entry)`` for rank i's entry. Raises: as :meth:`eager_bcast`."""
         s, word, stamp = self._eager_begin()
         me = self.chan.rank
         if me != root:
-            self._eager_put(buf, s, word, stamp, False)
+            self._eager_put(buf, s, word, stamp, False, fill)
         else:
             # stamped as no sender can (a second root fails at once, not waiting), once no
             # reader can still look for call s - EAGER_RING's stamp there
@@ -514,7 +522,10 @@ class Arena:
             for i in range(self.chan.size):
                 if i != me:
                     self._eager_take(i, s, word, stamp, ("a sender", "gather block", "sent"))
-                    out[i * n : (i + 1) * n] = self._entry(i, s % EAGER_RING, buf)
+                    if fill is None:
+                        out[i * n : (i + 1) * n] = self._entry(i, s % EAGER_RING, buf)
+                    else:
+                        fill(i, self._entry(i, s % EAGER_RING, buf))
         self._eager_end(s, root, stamp)
 
     def refuse_gather(self, text: str, kind: type[Exception] = ValueError) -> None:
@@ -549,12 +560,17 @@ class Arena:
         mark = (sig[1] ^ (sig[0] * 0x9E3779B1) ^ (self._seq * 0x85EBCA77)) & 0xFFFFFFFF
         return s, EAGER_STAMP + s % EAGER_RING, (s & SEQ_MASK) << 32 | mark
 
-    def _eager_put(self, buf: Array, s: int, word: int, stamp: int, alone: bool) -> None:
-        """Put ``buf`` in this rank's entry of eager call ``s``; ``alone``: a broadcast's root."""
+    def _eager_put(self, buf: Array, s: int, word: int, stamp: int, alone: bool,
+                   fill: Fill | None = None) -> None:
+        """Put ``buf`` in this rank's entry of eager call ``s`` (or ``fill`` it: see
+        :meth:`eager_bcast`); ``alone``: a broadcast's root."""
         me = self.chan.rank
         if s - EAGER_RING > self._ring_done:  # the entry may not have been read yet
             self._ring_space(s - EAGER_RING)
-        self._entry(me, s % EAGER_RING, buf)[...] = buf
+        if fill is None:
+            self._entry(me, s % EAGER_RING, buf)[...] = buf
+        else:
+            fill(me, self._entry(me, s % EAGER_RING, buf))
         self._mine[word] = stamp
         want = stamp >> 32
         for c in self._others if alone else ():
@@ -689,7 +705,7 @@ class Arena:
                 pick = i
         c = self._ctr[pick]
         how, first = c[FAILED_FROM] & 0xFF, (c[FAILED_FROM] >> 8) - 1
-        raise _peer_left(how, first, self._read_text(pick), self.what, c[FAILED] - 1)
+        raise peer_left(how, first, self._read_text(pick), self.what, c[FAILED] - 1)
 
     def _write_text(self, text: str) -> None:
         raw = text.encode("utf-8", "replace")[:FAILED_TEXT_BYTES]
@@ -777,22 +793,6 @@ class Arena:
 
         self.chan.spin_until(arrived, self.timeout, describe, missing,
                              partial(self._check_failed, arrived))
-
-
-def _peer_left(how: int, first: int, text: str, what: str, seq: int) -> CommError:
-    """The error of a rank that finds that world rank ``first`` left call ``seq`` with
-    ``text``: a MismatchError where that was one (``how`` 1), a PeerFailure naming the failed
-    rank where a rank left because ``first`` failed (``how`` 3), else CommBroken. It carries
-    (how, first, text) for :meth:`Arena.abandon`, which passes the first failure on."""
-    exc: CommError
-    if how == 3:
-        exc = PeerFailure(first, f"{text}; while waiting for {what} (a rank left it so)")
-    else:
-        kind = MismatchError if how == 1 else CommBroken
-        exc = kind(f"{what}: world rank {first} left call #{seq} of this communicator with "
-                   f"{text}")
-    setattr(exc, "first_failure", (how, first, text))  # noqa: B010 (no such field in the class)
-    return exc
 
 
 def _addr(a: Array) -> int:
