@@ -6,11 +6,12 @@ the others send each other), so no rank can choose a path from sizes alone as th
 collectives do (:mod:`ringworld.algorithms.shm_collectives`). Each call here takes one sync
 through the slots: every rank writes a header (its counts, where its blocks lie) and, where
 they fit, its blocks into its slot; after the sync every rank reads the same headers, so all
-decide alike. (A scatterv where ranks share cores takes no sync: the root puts the header and
-the blocks into its eager ring, as a small scatter's root does.) If everything fitted, each copies what it needs out of the others' slots and the
-call is done (an 8-byte block: 3-6 us at np=2, where the message path took 14-20). If not, the
-runner returns False and the caller moves the data on the message path, as before (for large
-blocks the extra sync costs nothing that counts).
+decide alike. If everything fitted, each copies what it needs out of the others' slots and
+the call is done (an 8-byte block: 3-4 us at np=2, where the message path took 14-20). If
+not, the runner returns False and the caller moves the data on the message path, as before
+(for large blocks the extra sync costs nothing that counts). A scatterv where ranks share
+cores takes no sync at all: the root puts the header and the blocks into its eager ring, as a
+small scatter's root does, and the header says whether they fitted.
 
 Disagreements raise MismatchError on the ranks that see them, at the same sync, so the windows
 stay usable: an allgatherv's counts are part of the call's signature (every rank raises); a

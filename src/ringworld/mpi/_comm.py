@@ -491,6 +491,10 @@ class Comm(Collectives):
 
     def Isend(self, buf: Any, dest: int, tag: int = 0) -> Request:
         """Start sending a buffer spec; keep the buffer unchanged until the request completes."""
+        resolve = self._resolver  # (the common call inline, as Send's: 3 calls fewer)
+        if (type(buf) is np.ndarray and resolve is not None and buf.dtype in PLAIN_DTYPES
+                and dest != PROC_NULL and buf.flags.c_contiguous):
+            return Request._wrap(resolve().isend(buf, dest, tag), _Kind.SEND)
         return self._start_send(buf, dest, tag, "Isend", self._native.isend)
 
     def Issend(self, buf: Any, dest: int, tag: int = 0) -> Request:
@@ -543,6 +547,12 @@ class Comm(Collectives):
 
     def Irecv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
         """Start receiving into a buffer spec."""
+        resolve = self._resolver  # (the common call inline, as Recv's: 3 calls fewer)
+        if (type(buf) is np.ndarray and resolve is not None and buf.dtype in PLAIN_DTYPES
+                and source != PROC_NULL):
+            flags = buf.flags
+            if flags.c_contiguous and flags.writeable:
+                return Request._wrap(resolve().irecv(buf, source, tag), _Kind.RECV_BUF)
         arr = plain_array(buf, True)
         if arr is not None and source != PROC_NULL:  # into the same bytes (see Recv)
             return Request._wrap(self._native.irecv(arr, source, tag), _Kind.RECV_BUF)
