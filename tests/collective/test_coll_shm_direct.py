@@ -305,3 +305,60 @@ def test_two_rank_direct_bcast_shares_its_copying(slow: int,
     total = sum(2 * -(-nbytes // shm.SHARE_PIECE) for nbytes in sizes)
     assert sum(done) >= total, (done, total)  # (a piece both took counts twice)
     assert done[1 - slow] > done[slow] * 2, done  # the prompt rank took most of them
+
+
+def _shared_allreduce(comm: ringworld.Communicator, slow: int) -> dict[str, Any]:
+    """Direct allreduces on two ranks whose combining is shared out as it goes (each piece read
+    from the peer once by whichever rank takes it); rank ``slow`` dawdles before its first
+    piece of each call, so the other must take more of the pieces."""
+    warm = np.zeros(4)
+    comm.allreduce(warm.copy(), warm)  # maps the windows
+    arena: Any = comm._arena
+    arena.crowded = False  # on both ranks alike (a crowded job keeps the fixed slices)
+    arena.direct_min["allreduce"] = 1 << 20
+    taken = [0]
+    first = [True]
+    read = shm.Arena.read
+
+    def reading(self: shm.Arena, rank: int, which: int, offset: int, into: Any) -> None:
+        taken[0] += 1
+        if first[0] and comm.rank == slow:
+            first[0] = False
+            time.sleep(0.05)
+        read(self, rank, which, offset, into)
+
+    shm.Arena.read = reading  # type: ignore[method-assign]
+    twice_plus = ringworld.Op.create(lambda a, b: a * 2 + b, name="twice_plus")
+    errors: list[str] = []
+    for k, nbytes in enumerate([shm.SHARE_FROM, shm.SHARE_FROM + 72, 3 * shm.SHARE_FROM + 8]):
+        for dtype, op in ((np.float64, ringworld.SUM), (np.int32, twice_plus)):
+            n = nbytes // np.dtype(dtype).itemsize
+            mine = (np.arange(n) % 1013 * 7 + k * 11 + comm.rank * 3).astype(dtype)
+            x0, x1 = (mine - comm.rank * 3, mine + (1 - comm.rank) * 3)  # rank 0's, rank 1's
+            want = x0 + x1 if op is ringworld.SUM else x0 * 2 + x1
+            out = np.zeros(n, dtype)
+            first[0] = True
+            comm.allreduce(mine, out, op=op)
+            if not np.array_equal(out, want):
+                errors.append(f"{nbytes} B {dtype.__name__}: "
+                              f"{int(np.count_nonzero(out != want))} elements wrong")
+        inplace = mine.copy()  # in place: the fixed slices (a peer may not write into it)
+        comm.allreduce(ringworld.IN_PLACE, inplace, op=twice_plus)
+        if not np.array_equal(inplace, want):
+            errors.append(f"{nbytes} B in place: wrong")
+    return {"errors": errors, "direct": bool(arena.direct), "taken": taken[0]}
+
+
+@pytest.mark.parametrize("slow", [0, 1])
+def test_two_rank_direct_allreduce_shares_its_combining(slow: int,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rank 0 combines pieces from the front and rank 1 from the back, each writing the result
+    into both ranks' buffers; the rank that dawdles combines fewer, and every element is the
+    rank-ordered result (a non-commutative op; odd sizes; in place keeps the fixed slices)."""
+    monkeypatch.setattr(shm, "SHARE_FROM", 1 << 20)
+    monkeypatch.setattr(shm, "SHARE_PIECE", (64 << 10) + 64)
+    results = run_processes(2, _shared_allreduce, slow, transport="shm", timeout=60)
+    assert [e for r in results for e in r["errors"]] == []
+    assert all(r["direct"] for r in results)
+    done = [r["taken"] for r in results]
+    assert done[1 - slow] > done[slow] * 2, done  # the prompt rank took most of the pieces

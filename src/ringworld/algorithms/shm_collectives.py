@@ -56,7 +56,7 @@ same shapes and dtypes): 0.13 us a call where ``np.copyto`` costs 0.44.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from typing import Any
 
@@ -194,6 +194,11 @@ def _allreduce_direct(a: Arena, send: Array, recv: Array, op: Op) -> None:
     a.publish(0, send)
     a.publish(1, recv)
     a.sync()
+    if (p == 2 and recv.nbytes >= SHARE_FROM and not a.crowded
+            and all(abs(c[24] - c[25]) >= recv.nbytes for c in a.counters)):  # (not in place)
+        _allreduce_shared(a, send, recv, op)
+        a.sync()  # every piece is in both ranks' recv
+        return
     _combine_slice(a, send, recv[s0 : s0 + sl], s0, op)
     a.sync()  # every slice is combined (and every input read): fetch the others' results
     for i, (b0, bl) in enumerate(blk):
@@ -310,29 +315,63 @@ def bcast(a: Arena, send: Array, buf: Array, op: Op | None, root: int) -> None:
     _stream(a, raw if r == root else None, [root], lambda j: raw)
 
 
-def _bcast_shared(a: Arena, raw: Array, root: int) -> None:
-    """The copying of a direct broadcast on two ranks, shared out as it goes (between its two
-    syncs): the receiver reads pieces of the root's buffer from the front, the root writes
-    pieces into the receiver's buffer from the back, and each takes its next piece only while
-    the other has not taken it (a piece both take at once is copied twice: the same bytes to
-    the same place). A rank slowed by other work on its CPU copies less, where halves fixed in
-    advance made the call wait for it. Each side tells its progress in its header's progress
-    word, tagged with the sync count: a word of an earlier call reads as no progress."""
-    n = -(-raw.size // SHARE_PIECE)  # pieces
+def _claims(a: Arena, n: int, front: bool) -> Iterator[int]:
+    """The pieces (of ``n``) this rank takes where two ranks share out a direct call's work as
+    it goes (between two syncs): this one from the front (``front``) or from the back, each
+    taking its next piece only while the other has not taken it (two may take the one piece
+    where they meet: the work must allow that). A rank slowed by other work on its CPU takes
+    fewer, where halves fixed in advance made the call wait for it. Each side tells its
+    progress in its header's progress word, tagged with the sync count: a word of an earlier
+    call reads as no progress."""
     tag = (a.epoch & 0x7FFFFFFF) << 32
-    me, other = a.chan.rank, 1 - a.chan.rank
+    other = 1 - a.chan.rank
     for k in range(n):  # this rank's (k+1)-th piece, if the other has not taken it
         w = a.told(other)  # how many pieces the other has taken from its end
         taken = w & 0xFFFFFFFF if w >> 32 << 32 == tag else 0
-        i = n - 1 - k if me == root else k
-        if (i < taken) if me == root else (i >= n - taken):
+        i = k if front else n - 1 - k
+        if (i >= n - taken) if front else (i < taken):
             return  # every piece left is the other's
         a.tell(tag | (k + 1))
+        yield i
+
+
+def _bcast_shared(a: Arena, raw: Array, root: int) -> None:
+    """The copying of a direct broadcast on two ranks, shared out as it goes (see _claims):
+    the receiver reads pieces of the root's buffer from the front, the root writes pieces into
+    the receiver's buffer from the back (a piece both take is copied twice: the same bytes to
+    the same place)."""
+    me, other = a.chan.rank, 1 - a.chan.rank
+    for i in _claims(a, -(-raw.size // SHARE_PIECE), me != root):
         piece = raw[i * SHARE_PIECE : (i + 1) * SHARE_PIECE]
         if me == root:
             a.write(other, 0, i * SHARE_PIECE, piece)
         else:
             a.read(root, 0, i * SHARE_PIECE, piece)
+
+
+def _allreduce_shared(a: Arena, send: Array, recv: Array, op: Op) -> None:
+    """The combining of a direct allreduce on two ranks, shared out as it goes (see _claims):
+    rank 0 takes pieces from the front, rank 1 from the back, and each piece's result goes
+    into both ranks' ``recv``, combined in rank order by whichever rank takes it (a piece both
+    take gets the same bytes twice). Both inputs must stay unchanged meanwhile: neither rank
+    runs in place. Cost per piece: its peer's input read, one combining pass, the result
+    written to the peer; the same as the fixed halves' in all."""
+    me, other = a.chan.rank, 1 - a.chan.rank
+    dt = recv.dtype
+    isz = dt.itemsize
+    step = max(1, SHARE_PIECE // isz)
+    a.place(0, send)
+    scratch = a.area(me, 0, dt, step)  # (this rank's window: no peer reads it meanwhile)
+    for i in _claims(a, -(-recv.size // step), me == 0):
+        lo = i * step
+        mine, dst = send[lo : lo + step], recv[lo : lo + step]
+        theirs = scratch[: dst.size]
+        a.read(other, 0, lo * isz, theirs)
+        if me == 0:
+            op.combine_into(dst, mine, theirs)
+        else:
+            op.combine_into(dst, theirs, mine)
+        a.write(other, 1, lo * isz, dst)
 
 
 CONSUMED = 64  # header word CONSUMED + j: pieces this rank has taken from rank j's stream
