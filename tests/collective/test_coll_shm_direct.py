@@ -5,6 +5,7 @@ while the others wait on a shared-memory sync."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from typing import Any
@@ -305,6 +306,60 @@ def test_two_rank_direct_bcast_shares_its_copying(slow: int,
     total = sum(2 * -(-nbytes // shm.SHARE_PIECE) for nbytes in sizes)
     assert sum(done) >= total, (done, total)  # (a piece both took counts twice)
     assert done[1 - slow] > done[slow] * 2, done  # the prompt rank took most of them
+
+
+def _shared_reduce_scatter(comm: ringworld.Communicator, slow: int) -> dict[str, Any]:
+    """Direct reduce_scatter_blocks on two ranks whose combining is shared out as it goes
+    (each rank its own block from the front, then the other's from the back); rank ``slow``
+    dawdles before its first piece of each call, so the other combines some of its block."""
+    warm = np.zeros(4)
+    comm.allreduce(warm.copy(), warm)  # maps the windows
+    arena: Any = comm._arena
+    arena.crowded = False  # on both ranks alike (a crowded job keeps the fixed blocks)
+    arena.direct_min["reduce_scatter_block"] = 1 << 20
+    arena.policy = dataclasses.replace(arena.policy, race=False)  # (the threshold's path)
+    taken = [0]
+    first = [True]
+    read = shm.Arena.read
+
+    def reading(self: shm.Arena, rank: int, which: int, offset: int, into: Any) -> None:
+        taken[0] += 1
+        if first[0] and comm.rank == slow:
+            first[0] = False
+            time.sleep(0.05)
+        read(self, rank, which, offset, into)
+
+    shm.Arena.read = reading  # type: ignore[method-assign]
+    twice_plus = ringworld.Op.create(lambda a, b: a * 2 + b, name="twice_plus")
+    errors: list[str] = []
+    for k, nbytes in enumerate([shm.SHARE_FROM, shm.SHARE_FROM + 144, 3 * shm.SHARE_FROM + 16]):
+        for dtype, op in ((np.float64, ringworld.SUM), (np.int32, twice_plus)):
+            n = nbytes // np.dtype(dtype).itemsize // 2  # a block
+            x = [(np.arange(2 * n) % 1013 * 7 + k * 11 + i * 3).astype(dtype) for i in (0, 1)]
+            full = x[0] + x[1] if op is ringworld.SUM else x[0] * 2 + x[1]
+            out = np.zeros(n, dtype)
+            first[0] = True
+            comm.reduce_scatter_block(x[comm.rank], out, op=op)
+            want = full[comm.rank * n : (comm.rank + 1) * n]
+            if not np.array_equal(out, want):
+                errors.append(f"{nbytes} B {dtype.__name__}: "
+                              f"{int(np.count_nonzero(out != want))} elements wrong")
+    return {"errors": errors, "direct": bool(arena.direct), "taken": taken[0]}
+
+
+@pytest.mark.parametrize("slow", [0, 1])
+def test_two_rank_direct_reduce_scatter_shares_its_combining(
+        slow: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each rank combines its block from the front and then the other's from the back; the
+    prompt rank combines part of the slow one's block, and every element is the rank-ordered
+    result (a non-commutative op; odd sizes)."""
+    monkeypatch.setattr(shm, "SHARE_FROM", 1 << 20)
+    monkeypatch.setattr(shm, "SHARE_PIECE", (64 << 10) + 64)
+    results = run_processes(2, _shared_reduce_scatter, slow, transport="shm", timeout=60)
+    assert [e for r in results for e in r["errors"]] == []
+    assert all(r["direct"] for r in results)
+    done = [r["taken"] for r in results]
+    assert done[1 - slow] > done[slow] * 1.5, done  # the prompt rank took more of the pieces
 
 
 def _shared_allreduce(comm: ringworld.Communicator, slow: int) -> dict[str, Any]:

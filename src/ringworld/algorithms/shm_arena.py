@@ -42,7 +42,7 @@ RACE_WORD = 16  # header words 16..21: rank 0's picks, by collective and call pa
 # the root's window, without a sync: the root returns once its data is there (Arena.eager_bcast)
 EAGER_RING = 8
 EAGER_DONE = 23  # header word: the eager broadcasts this rank has finished
-PROGRESS = 14  # header word: a call's progress between two syncs (see Arena.tell)
+PROGRESS = 14  # header words 14, 15: a call's progress between two syncs (see Arena.tell)
 EAGER_STAMP = 32  # header words 32 ..: per ring entry, (broadcast number << 32) | its signature
 SEQ_WORD = 2  # header words 2, 3: by sync parity, the number of the call that made the sync
 # A rank that leaves a call with an error says so in its header, for good (see Arena.abandon):
@@ -338,15 +338,15 @@ class Arena:
         """Syncs so far (the same on every rank between two syncs)."""
         return self._epoch
 
-    def tell(self, value: int) -> None:
-        """Publish ``value`` in this rank's progress word, for peers to read with :meth:`told`
-        between two syncs (header words hold nothing a user's data can put there: a value is
-        this call's or an earlier call's, so tag it with :attr:`epoch`)."""
-        self._mine[PROGRESS] = value
+    def tell(self, value: int, word: int = 0) -> None:
+        """Publish ``value`` in this rank's progress word ``word`` (0, 1), for peers to read with
+        :meth:`told` between two syncs (header words hold nothing a user's data can put there: a
+        value is this call's or an earlier call's, so tag it with :attr:`epoch`)."""
+        self._mine[PROGRESS + word] = value
 
-    def told(self, rank: int) -> int:
-        """``rank``'s progress word (see :meth:`tell`)."""
-        return self._ctr[rank][PROGRESS]
+    def told(self, rank: int, word: int = 0) -> int:
+        """``rank``'s progress word ``word`` (see :meth:`tell`)."""
+        return self._ctr[rank][PROGRESS + word]
 
     def sync(self) -> None:
         """Wait until every rank has reached this point (a barrier over shared counters).

@@ -123,6 +123,11 @@ def _publish_blocks(a: Arena, send: Array, n: int, b0: int, m: int, which: int =
             np.copyto(mine[j * m : (j + 1) * m], send[j * n + b0 : j * n + b0 + m])
 
 
+def _apart(at: int, nbytes: int, other_at: int, other_nbytes: int) -> bool:
+    """Whether two published buffers (addresses and sizes) do not overlap."""
+    return at + nbytes <= other_at or other_at + other_nbytes <= at
+
+
 def _parts(n: int, chunk_elems: int) -> list[tuple[int, int]]:
     step = max(1, chunk_elems)
     return [(s, min(step, n - s)) for s in range(0, n, step)] or [(0, 0)]
@@ -195,7 +200,7 @@ def _allreduce_direct(a: Arena, send: Array, recv: Array, op: Op) -> None:
     a.publish(1, recv)
     a.sync()
     if (p == 2 and recv.nbytes >= SHARE_FROM and not a.crowded
-            and all(abs(c[24] - c[25]) >= recv.nbytes for c in a.counters)):  # (not in place)
+            and all(_apart(c[24], recv.nbytes, c[25], recv.nbytes) for c in a.counters)):
         _allreduce_shared(a, send, recv, op)
         a.sync()  # every piece is in both ranks' recv
         return
@@ -315,23 +320,23 @@ def bcast(a: Arena, send: Array, buf: Array, op: Op | None, root: int) -> None:
     _stream(a, raw if r == root else None, [root], lambda j: raw)
 
 
-def _claims(a: Arena, n: int, front: bool) -> Iterator[int]:
+def _claims(a: Arena, n: int, front: bool, word: int = 0, theirs: int = 0) -> Iterator[int]:
     """The pieces (of ``n``) this rank takes where two ranks share out a direct call's work as
     it goes (between two syncs): this one from the front (``front``) or from the back, each
     taking its next piece only while the other has not taken it (two may take the one piece
     where they meet: the work must allow that). A rank slowed by other work on its CPU takes
     fewer, where halves fixed in advance made the call wait for it. Each side tells its
-    progress in its header's progress word, tagged with the sync count: a word of an earlier
-    call reads as no progress."""
+    progress in its header's progress word (this one in ``word``, the other in ``theirs``),
+    tagged with the sync count: a word of an earlier call reads as no progress."""
     tag = (a.epoch & 0x7FFFFFFF) << 32
     other = 1 - a.chan.rank
     for k in range(n):  # this rank's (k+1)-th piece, if the other has not taken it
-        w = a.told(other)  # how many pieces the other has taken from its end
+        w = a.told(other, theirs)  # how many pieces the other has taken from its end
         taken = w & 0xFFFFFFFF if w >> 32 << 32 == tag else 0
         i = k if front else n - 1 - k
         if (i >= n - taken) if front else (i < taken):
             return  # every piece left is the other's
-        a.tell(tag | (k + 1))
+        a.tell(tag | (k + 1), word)
         yield i
 
 
@@ -347,6 +352,36 @@ def _bcast_shared(a: Arena, raw: Array, root: int) -> None:
             a.write(other, 0, i * SHARE_PIECE, piece)
         else:
             a.read(root, 0, i * SHARE_PIECE, piece)
+
+
+def _reduce_scatter_shared(a: Arena, send: Array, recv: Array, op: Op) -> None:
+    """The combining of a direct reduce_scatter_block on two ranks, shared out as it goes (see
+    _claims): each rank combines its own block from the front into its ``recv`` (progress word
+    0) and then the other's from the back, writing those pieces into the other's ``recv``
+    (word 1), so a rank slowed by other work combines less even of its own block. Each piece
+    is combined in rank order by whichever rank takes it. Neither rank's ``recv`` may overlap
+    its ``send``. Cost per piece: the peer's input read, one combining pass (and the result
+    written to the peer for a piece of its block)."""
+    me, other = a.chan.rank, 1 - a.chan.rank
+    dt = recv.dtype
+    isz, n = dt.itemsize, recv.size
+    step = max(1, SHARE_PIECE // isz)
+    a.place(0, send)
+    scratch = a.area(me, 0, dt, step)  # (this rank's window: no peer reads it meanwhile)
+    for block, front in ((me, True), (other, False)):
+        for i in _claims(a, -(-n // step), front, 1 - front, int(front)):
+            lo = i * step
+            at = block * n + lo
+            mine = send[at : at + min(step, n - lo)]
+            theirs = scratch[: mine.size]
+            a.read(other, 0, at * isz, theirs)
+            dst = recv[lo : lo + step] if front else theirs
+            if me == 0:
+                op.combine_into(dst, mine, theirs)
+            else:
+                op.combine_into(dst, theirs, mine)
+            if not front:
+                a.write(other, 1, lo * isz, dst)
 
 
 def _allreduce_shared(a: Arena, send: Array, recv: Array, op: Op) -> None:
@@ -525,8 +560,13 @@ def reduce_scatter_block(a: Arena, send: Array, recv: Array, op: Op, root: int =
     if a.direct and a.race(RACE_REDUCE_SCATTER, recv.nbytes,
                            recv.nbytes >= a.direct_min["reduce_scatter_block"]):
         a.publish(0, send)
+        a.publish(1, recv)
         a.sync()
-        _combine_slice(a, send, recv, r * n, op)
+        if (p == 2 and send.nbytes >= SHARE_FROM and not a.crowded
+                and all(_apart(c[24], send.nbytes, c[25], recv.nbytes) for c in a.counters)):
+            _reduce_scatter_shared(a, send, recv, op)
+        else:
+            _combine_slice(a, send, recv, r * n, op)
         a.sync()  # every rank has read its block of this one's send
         a.raced()
         return
