@@ -55,9 +55,15 @@ import numpy.typing as npt
 F32 = npt.NDArray[np.float32]
 
 COLLECTIVES = ("allreduce", "bcast", "reduce", "allgather", "reduce_scatter", "alltoall",
-               "gather", "scatter", "barrier", "scan")
+               "gather", "scatter", "barrier", "scan", "allgatherv", "gatherv", "scatterv",
+               "alltoallv")
+#: The v-variants, each run with equal counts (as OSU's osu_allgatherv and others measure
+#: them): the same data and results as the collective named here, through the vector calls.
+VECTOR = {"allgatherv": "allgather", "gatherv": "gather", "scatterv": "scatter",
+          "alltoallv": "alltoall"}
 #: Collectives whose size is the whole buffer (n blocks of ``count`` elements).
-WHOLE_BUFFER = frozenset({"allgather", "reduce_scatter", "alltoall", "gather", "scatter"})
+WHOLE_BUFFER = frozenset({"allgather", "reduce_scatter", "alltoall", "gather", "scatter",
+                          *VECTOR})
 #: Collectives that add (their data are the small-integer pattern).
 REDUCING = frozenset({"allreduce", "reduce", "reduce_scatter", "scan"})
 #: Name of each collective in ``ringworld.algorithms.registry.REGISTRY``.
@@ -138,6 +144,7 @@ def _sum_over(ranks: range, count: int, offset: int) -> F32:
 def send_data(collective: str, rank: int, nranks: int, count: int) -> F32:
     """What ``rank`` sends (for bcast and scatter only the root's matters)."""
     n, c = nranks, count
+    collective = VECTOR.get(collective, collective)
     if collective in ("allreduce", "reduce", "scan"):
         return reduce_values(c, 0, rank)
     if collective == "reduce_scatter":
@@ -156,6 +163,7 @@ def send_data(collective: str, rank: int, nranks: int, count: int) -> F32:
 def expected(collective: str, rank: int, nranks: int, count: int) -> F32 | None:
     """What ``rank`` must hold afterwards, or None where nothing is defined (non-root reduce)."""
     n, c = nranks, count
+    collective = VECTOR.get(collective, collective)
     if collective == "allreduce" or (collective == "reduce" and rank == ROOT):
         return _sum_over(range(n), c, 0)
     if collective == "scan":
@@ -198,7 +206,8 @@ def make_buffers(collective: str, rank: int, nranks: int, count: int) -> Buffers
     send = send_data(collective, rank, n, c)
     sbuf = aligned(send.size)
     sbuf[:] = send
-    recv_count = {"allgather": n * c, "gather": n * c, "alltoall": n * c}.get(collective, c)
+    recv_count = {"allgather": n * c, "gather": n * c, "alltoall": n * c}.get(
+        VECTOR.get(collective, collective), c)
     return Buffers(sbuf, aligned(recv_count))
 
 
@@ -261,6 +270,15 @@ def ringworld_backend(algorithm: str | None, device: str = "cpu") -> Backend:
             "scan": lambda: comm.scan(s, r, "sum", **kw),
             "barrier": lambda: comm.barrier(**kw),
         }
+        if collective in VECTOR:  # equal counts, in elements
+            counts, displs = _equal_counts(collective, b, size)
+            ops.update({
+                "allgatherv": lambda: comm.allgatherv(s, r, counts, displs, **kw),
+                "gatherv": lambda: comm.gatherv(s, r, counts, displs, ROOT, **kw),
+                "scatterv": lambda: comm.scatterv(s, r, counts, displs, ROOT, **kw),
+                "alltoallv": lambda: comm.alltoallv(s, r, counts, counts, displs, displs,
+                                                    **kw),
+            })
         name = "reduce_scatter_block" if collective == "reduce_scatter" else collective
         if not callable(getattr(comm, name, None)):
             raise NotImplementedError(f"this Ringworld has no Communicator.{name}")
@@ -309,6 +327,14 @@ def mpi4py_backend(through_ringworld: bool = False) -> Backend:
             "scan": lambda: comm.Scan([s, f], [r, f], MPI.SUM),
             "barrier": comm.Barrier,
         }
+        if collective in VECTOR:  # equal counts, as [buf, (counts, displs), datatype]
+            cd = _equal_counts(collective, b, comm.Get_size())
+            ops.update({
+                "allgatherv": lambda: comm.Allgatherv([s, f], [r, cd, f]),
+                "gatherv": lambda: comm.Gatherv([s, f], [r, cd, f], ROOT),
+                "scatterv": lambda: comm.Scatterv([s, cd, f], [r, f], ROOT),
+                "alltoallv": lambda: comm.Alltoallv([s, cd, f], [r, cd, f]),
+            })
         return ops[collective]
 
     return Backend(
@@ -356,8 +382,8 @@ def gloo_backend(timeout_s: float, name: str = "gloo") -> Backend:
 
     def _torch_op(collective: str, b: Buffers) -> Op:
         s, r = _tensor(b.send), _tensor(b.recv)
-        if collective == "scan":
-            raise NotImplementedError("torch.distributed has no scan")
+        if collective == "scan" or collective in VECTOR:
+            raise NotImplementedError(f"torch.distributed has no {collective}")
         if collective == "allgather":  # all_gather_single: torch >= 2.13's name
             allgather = getattr(dist, "all_gather_single", dist.all_gather_into_tensor)
             return lambda: allgather(r, s)
@@ -390,6 +416,13 @@ def gloo_backend(timeout_s: float, name: str = "gloo") -> Backend:
         close=dist.destroy_process_group,
         inplace_reductions=True,
     )
+
+
+def _equal_counts(collective: str, b: Buffers, size: int) -> tuple[list[int], list[int]]:
+    """A v-variant's counts and displacements (elements) for equal blocks of ``b``."""
+    c = {"scatterv": b.recv.size, "alltoallv": b.send.size // max(1, size)}.get(
+        collective, b.send.size)
+    return [c] * size, [i * c for i in range(size)]
 
 
 def _tensor(a: Any) -> Any:
