@@ -42,10 +42,24 @@ def _round_counts(p: int, k: int, big: bool) -> list[int]:
     return counts
 
 
-def _vectors(comm: ringworld.Communicator, dt: Any, big: bool, crowded: bool = False
-             ) -> list[str]:
+def _ran(comm: ringworld.Communicator, want: str) -> bool:
+    """Whether the last call ran ``want``: "shm" (all in the windows), "shm+" (begun there,
+    the data moved on the message path)."""
+    got = comm.last_algorithm
+    return got.startswith("shm+") if want == "shm+" else got == want
+
+
+def _vectors(comm: ringworld.Communicator, dt: Any, big: bool, crowded: bool = False,
+             direct: bool = True) -> list[str]:
     p, r = comm.size, comm.rank
     errors: list[str] = []
+    warm = np.zeros(1)
+    comm.allreduce(warm.copy(), warm)  # maps the windows
+    arena: Any = comm._arena
+    if arena is not None and not direct:
+        arena.direct = False  # (on every rank alike) large blocks: the message path
+    # large blocks: read or written straight where ranks may, else on the message path after
+    large = "shm" if arena is not None and arena.direct else "shm+"
     counts = [0] * p  # one list, changed in place each round (the repeat path must notice)
     for k in range(6):
         counts[:] = _round_counts(p, k, big)
@@ -68,7 +82,8 @@ def _vectors(comm: ringworld.Communicator, dt: Any, big: bool, crowded: bool = F
         comm.scatterv(want if r == root else None, out, counts, displs, root=root)
         if not np.array_equal(out, send):
             errors.append(f"scatterv round {k}: {out} != {send}")
-        if p > 1 and not comm.last_algorithm.startswith("shm+" if big else "shm"):
+        # (a large scatterv of crowded ranks: the root's ring says so, then the message path)
+        if p > 1 and not _ran(comm, "shm" if not big else "shm+" if crowded else large):
             errors.append(f"round {k}: scatterv ran {comm.last_algorithm}")
         # alltoallv: rank r sends (r + 2 j + k) % 3 elements to rank j (one block BIG)
         sc = [(r + 2 * j + k) % 3 + (BIG if big and (r + j + k) % p == 0 else 0)
@@ -88,22 +103,22 @@ def _vectors(comm: ringworld.Communicator, dt: Any, big: bool, crowded: bool = F
             gaps[rd[i] : rd[i] + rc[i]] = False
         if not np.array_equal(rbuf[gaps], np.full(int(gaps.sum()), -1, dtype=dt)):
             errors.append(f"alltoallv round {k}: wrote outside the blocks")
-        want_algo = "shm" if not big or p == 1 else "shm+"
-        if p > 1 and not comm.last_algorithm.startswith(want_algo):
+        if p > 1 and not _ran(comm, "shm" if not big else large):
             errors.append(f"round {k}: alltoallv ran {comm.last_algorithm}")
     if p > 1 and comm._arena is not None and comm._arena.crowded != crowded:
         errors.append(f"the windows' crowded is {comm._arena.crowded}, not {crowded}")
     return errors
 
 
-@pytest.mark.parametrize(("size", "big"), [(1, False), (2, False), (3, True), (5, False)])
+@pytest.mark.parametrize(("size", "big", "direct"), [
+    (1, False, True), (2, False, True), (3, True, True), (3, True, False), (5, False, True)])
 @pytest.mark.parametrize("crowded", [False, True])
-def test_vector_collectives_in_the_windows(size: int, big: bool, crowded: bool,
+def test_vector_collectives_in_the_windows(size: int, big: bool, direct: bool, crowded: bool,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     # ranks that share cores take other paths (a scatterv the root's eager ring): both, on any
     # machine (the ranks are forked: they see the patched count)
     monkeypatch.setattr(runtime, "usable_cpus", lambda: 1 if crowded else 64)
-    out = run_processes(size, _vectors, np.float64, big, crowded, timeout=120)
+    out = run_processes(size, _vectors, np.float64, big, crowded, direct, timeout=120)
     assert out == [[]] * size
 
 
@@ -186,6 +201,25 @@ def _mismatches(comm: ringworld.Communicator) -> list[str]:
     except MismatchError as exc:
         if r != 0 or "rank 1" not in str(exc):
             errors.append(f"alltoallv: rank {r} raised {exc}")
+    if comm._arena is not None and comm._arena.direct:  # the same, with blocks read directly
+        send = np.ones(BIG + 1 if r == 2 else BIG)
+        try:
+            comm.gatherv(send, np.zeros(p * BIG) if r == 0 else None, [BIG] * p, root=0)
+            if r in (0, 2):
+                errors.append("a large gatherv with a block of another size passed")
+        except MismatchError as exc:
+            if r not in (0, 2) or "expect" not in str(exc):
+                errors.append(f"large gatherv: rank {r} raised {exc}")
+        rc = [BIG] * p if r != 0 else [BIG, BIG + 1] + [BIG] * (p - 2)
+        try:
+            comm.alltoallv(np.ones(p * BIG), np.zeros(sum(rc)), [BIG] * p, rc)
+            if r == 0:
+                errors.append("a large alltoallv with a block of another size passed")
+        except MismatchError as exc:
+            if r != 0 or "rank 1" not in str(exc):
+                errors.append(f"large alltoallv: rank {r} raised {exc}")
+        if comm.last_algorithm != "shm":
+            errors.append(f"large alltoallv ran {comm.last_algorithm}")
     # the communicator is still usable, in the windows
     recv = np.zeros(p)
     comm.allgatherv(one * r, recv, [1] * p)

@@ -87,14 +87,25 @@ def _mismatch(a: Arena, text: str) -> MismatchError:
 
 def allgatherv(a: Arena, spec: Spec, send: Array, recv: Array) -> bool:
     """Every rank's block (``spec.counts[i]`` elements) into ``recv`` at ``spec.displs[i]``;
-    the counts, in the signature, agree on every rank (else the sync raises)."""
+    the counts, in the signature, agree on every rank (else the sync raises). Blocks too large
+    for the slots are read straight out of their owners' ``send`` where ranks may read each
+    other's memory (see ``Arena.direct``), else moved on the message path."""
     c, d = spec.counts, spec.displs
     assert c is not None and d is not None
     _, data, cap = _views(a, recv.dtype)
-    if max(c) > cap:
-        a.sync()  # (the counts agree: checked there) then the message path
-        return False
     r = a.chan.rank
+    if max(c) > cap:
+        if a.direct:
+            a.publish(0, send)
+        a.sync()  # (the counts agree: checked there)
+        if not a.direct:
+            return False
+        for i, n in enumerate(c):
+            if i != r:
+                a.read(i, 0, 0, recv[d[i] : d[i] + n])
+        recv[d[r] : d[r] + c[r]] = send
+        a.sync()  # no rank changes its send while a peer still reads it
+        return True
     data[r][: c[r]] = send
     a.sync()
     for i, n in enumerate(c):
@@ -105,8 +116,10 @@ def allgatherv(a: Arena, spec: Spec, send: Array, recv: Array) -> bool:
 
 def gatherv(a: Arena, spec: Spec, send: Array, recv: Array) -> bool:
     """Rank i's ``send`` into the root's ``recv`` at ``spec.displs[i]`` (the root's counts and
-    displs; other ranks know their own block only)."""
-    r, root = a.chan.rank, spec.root
+    displs; other ranks know their own block only). Blocks too large for the slots are written
+    by their owners straight into the root's ``recv`` where ranks may write each other's
+    memory, else moved on the message path."""
+    r, root, p = a.chan.rank, spec.root, a.chan.size
     c, d = spec.counts or (), spec.displs or ()  # (the root's)
     head, data, cap = _views(a, send.dtype)
     mine = head[r]
@@ -114,6 +127,9 @@ def gatherv(a: Arena, spec: Spec, send: Array, recv: Array) -> bool:
         mine[0] = large = any(n > cap for i, n in enumerate(c) if i != r)
         for i, n in enumerate(c):
             mine[1 + i] = n
+            mine[1 + p + i] = d[i]
+        if large and a.direct:
+            a.publish(0, recv)
     else:
         mine[0] = n = send.size
         if n <= cap:
@@ -121,22 +137,30 @@ def gatherv(a: Arena, spec: Spec, send: Array, recv: Array) -> bool:
     a.sync()
     if r != root:
         h = head[root]
+        wrong = h[1 + r] != send.size
         if h[0]:
-            return False
-        if h[1 + r] != send.size:
+            if not a.direct:
+                return False  # (the message path finds a wrong size)
+            if not wrong:
+                a.write(root, 0, h[1 + p + r] * send.itemsize, send)
+            a.sync()  # every block has landed
+        if wrong:
             raise _mismatch(a, f"the root (rank {root}) expects {h[1 + r]} elements from this "
                                f"rank (rank {r}), which sent {send.size}")
         return True
-    if large:
+    if large and not a.direct:
         return False
+    bad = [i for i, n in enumerate(c) if i != r and head[i][0] != n]
     for i, n in enumerate(c):
         if i == r:
             recv[d[i] : d[i] + n] = send  # (in place: the same bytes onto themselves)
-        elif head[i][0] != n:
-            raise _mismatch(a, f"rank {i} sent {head[i][0]} elements, this rank (the root, "
-                               f"rank {r}) expects {n} (counts[{i}])")
-        else:
+        elif not large and i not in bad:
             recv[d[i] : d[i] + n] = data[i][:n]
+    if large:
+        a.sync()  # every block has landed
+    if bad:
+        raise _mismatch(a, f"rank {bad[0]} sent {head[bad[0]][0]} elements, this rank (the "
+                           f"root, rank {r}) expects {c[bad[0]]} (counts[{bad[0]}])")
     return True
 
 
@@ -152,35 +176,45 @@ def scatterv(a: Arena, spec: Spec, send: Array, recv: Array) -> bool:
 
 
 def _scatterv_slots(a: Arena, spec: Spec, send: Array, recv: Array) -> bool:
-    """:func:`scatterv` through the slots, one sync."""
-    r, root = a.chan.rank, spec.root
+    """:func:`scatterv` through the slots, one sync; blocks too large for them are read
+    straight out of the root's ``send`` where ranks may read each other's memory (a second
+    sync), else moved on the message path."""
+    r, root, p = a.chan.rank, spec.root, a.chan.size
     head, data, cap = _views(a, recv.dtype)
     if r == root:
         c, d = spec.counts, spec.displs
         assert c is not None and d is not None
-        p = len(c)
         mine, out = head[r], data[r]
         mine[0] = large = sum(c) - c[r] > cap
         at = 0
         for i, n in enumerate(c):
             mine[1 + i] = n
-            mine[1 + p + i] = at
+            mine[1 + p + i] = d[i] if large else at
             if i != r and not large:
                 out[at : at + n] = send[d[i] : d[i] + n]
                 at += n
+        if large and a.direct:
+            a.publish(0, send)
         a.sync()
         recv[...] = send[d[r] : d[r] + c[r]]  # (in place: the same bytes onto themselves)
-        return not large
+        if large and a.direct:
+            a.sync()  # every rank has read its block
+        return not large or a.direct
     a.sync()
     h = head[root]
+    n, at = h[1 + r], h[1 + p + r]
+    wrong = n != recv.size
     if h[0]:
-        return False
-    n = h[1 + r]
-    if n != recv.size:
+        if not a.direct:
+            return False  # (the message path finds a wrong size)
+        if not wrong:
+            a.read(root, 0, at * recv.itemsize, recv)
+        a.sync()
+    elif not wrong:
+        recv[...] = data[root][at : at + n]
+    if wrong:
         raise _mismatch(a, f"the root (rank {root}) sends {n} elements to this rank (rank {r}), "
                            f"which expects {recv.size}")
-    at = h[1 + a.chan.size + r]
-    recv[...] = data[root][at : at + n]
     return True
 
 
@@ -232,7 +266,9 @@ def _scatterv_eager(a: Arena, spec: Spec, send: Array, recv: Array) -> bool:
 
 def alltoallv(a: Arena, spec: Spec, send: Array, recv: Array) -> bool:
     """Block j of ``send`` (``spec.counts[j]`` elements at ``spec.displs[j]``) to rank j,
-    which receives it into ``recv`` at its ``rdispls`` (``rcounts`` it expects)."""
+    which receives it into ``recv`` at its ``rdispls`` (``rcounts`` it expects). A rank whose
+    blocks do not fit its slot has them read straight out of its ``send`` where ranks may read
+    each other's memory (a second sync), else every rank takes the message path."""
     sc, sd, rc, rd = spec.counts, spec.displs, spec.rcounts, spec.rdispls
     assert sc is not None and sd is not None and rc is not None and rd is not None
     r, p = a.chan.rank, a.chan.size
@@ -242,23 +278,33 @@ def alltoallv(a: Arena, spec: Spec, send: Array, recv: Array) -> bool:
     at = 0
     for j, n in enumerate(sc):
         mine[1 + j] = n
-        mine[1 + p + j] = at
+        mine[1 + p + j] = sd[j] if large else at
         if j != r and not large:
             out[at : at + n] = send[sd[j] : sd[j] + n]
             at += n
+    if large and a.direct:
+        a.publish(0, send)
     a.sync()
-    if any(h[0] for h in head):
+    read = any(h[0] for h in head)  # (the same answer on every rank)
+    if read and not a.direct:
         return False
+    wrong = -1
     for i, h in enumerate(head):
         n = rc[i]
         if i == r:
             recv[rd[r] : rd[r] + n] = send[sd[r] : sd[r] + n]
         elif h[1 + r] != n:
-            raise _mismatch(a, f"rank {i} sends {h[1 + r]} elements to this rank (rank {r}), "
-                               f"which expects {n} (recvcounts[{i}])")
+            wrong = i if wrong < 0 else wrong
+        elif h[0]:
+            a.read(i, 0, h[1 + p + r] * recv.itemsize, recv[rd[i] : rd[i] + n])
         else:
             at = h[1 + p + r]
             recv[rd[i] : rd[i] + n] = data[i][at : at + n]
+    if read:
+        a.sync()  # no rank changes its send while a peer still reads it
+    if wrong >= 0:
+        raise _mismatch(a, f"rank {wrong} sends {head[wrong][1 + r]} elements to this rank "
+                           f"(rank {r}), which expects {rc[wrong]} (recvcounts[{wrong}])")
     return True
 
 
