@@ -82,8 +82,7 @@ def _vectors(comm: ringworld.Communicator, dt: Any, big: bool, crowded: bool = F
         comm.scatterv(want if r == root else None, out, counts, displs, root=root)
         if not np.array_equal(out, send):
             errors.append(f"scatterv round {k}: {out} != {send}")
-        # (a large scatterv of crowded ranks: the root's ring says so, then the message path)
-        if p > 1 and not _ran(comm, "shm" if not big else "shm+" if crowded else large):
+        if p > 1 and not _ran(comm, "shm" if not big else large):
             errors.append(f"round {k}: scatterv ran {comm.last_algorithm}")
         # alltoallv: rank r sends (r + 2 j + k) % 3 elements to rank j (one block BIG)
         sc = [(r + 2 * j + k) % 3 + (BIG if big and (r + j + k) % p == 0 else 0)

@@ -220,8 +220,9 @@ def _scatterv_slots(a: Arena, spec: Spec, send: Array, recv: Array) -> bool:
 
 def _scatterv_eager(a: Arena, spec: Spec, send: Array, recv: Array) -> bool:
     """:func:`scatterv` through the root's eager ring, no sync: the root returns once the header
-    and blocks are in its entry. The header says whether they fit the entry, else every rank
-    takes the message path."""
+    and blocks are in its entry. The header says whether they fit the entry; if not, every
+    rank reads its block straight out of the root's ``send`` where ranks may read each other's
+    memory (then a sync), else takes the message path."""
     r, root, p = a.chan.rank, spec.root, a.chan.size
     dt = recv.dtype
     isz = max(1, dt.itemsize)
@@ -238,14 +239,18 @@ def _scatterv_eager(a: Arena, spec: Spec, send: Array, recv: Array) -> bool:
             at = 0
             for i, n in enumerate(c):
                 h[1 + i] = n
-                h[1 + p + i] = at
+                h[1 + p + i] = d[i] if large else at
                 if i != r and not large:
                     out[at * isz : (at + n) * isz].view(dt)[...] = send[d[i] : d[i] + n]
                     at += n
 
+        if large and a.direct:
+            a.publish(0, send)
         a.eager_bcast(_WHOLE, root, fill=put)
         recv[...] = send[d[r] : d[r] + c[r]]  # (in place: the same bytes onto themselves)
-        return not large
+        if large and a.direct:
+            a.sync()  # every rank has read its block
+        return not large or a.direct
     got: list[int] = []
 
     def take(_: int, entry: Array) -> None:  # (raises nothing: the broadcast must end)
@@ -253,13 +258,18 @@ def _scatterv_eager(a: Arena, spec: Spec, send: Array, recv: Array) -> bool:
         n, at = h[1 + r], h[1 + p + r]
         if not h[0] and n == recv.size:
             recv[...] = entry[head + at * isz : head + (at + n) * isz].view(dt)
-        got.extend((h[0], n))
+        got.extend((h[0], n, at))
 
     a.eager_bcast(_WHOLE, root, fill=take)
-    if got[0]:
-        return False
-    if got[1] != recv.size:
-        raise _mismatch(a, f"the root (rank {root}) sends {got[1]} elements to this rank (rank "
+    large, n, at = got
+    if large:
+        if not a.direct:
+            return False  # (the message path finds a wrong size)
+        if n == recv.size:
+            a.read(root, 0, at * isz, recv)
+        a.sync()
+    if n != recv.size:
+        raise _mismatch(a, f"the root (rank {root}) sends {n} elements to this rank (rank "
                            f"{r}), which expects {recv.size}")
     return True
 
