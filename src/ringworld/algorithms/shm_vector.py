@@ -34,11 +34,9 @@ from ringworld.algorithms.shm_arena import Arena
 from ringworld.algorithms.shm_policy import EAGER_MAX, SLOT
 from ringworld.errors import MismatchError
 
-__all__ = ["RUN", "VECTOR"]
+__all__ = ["RUN"]
 
 Array = np.ndarray[Any, Any]
-#: the collectives this module runs
-VECTOR = ("allgatherv", "gatherv", "scatterv", "alltoallv")
 _U8 = np.dtype(np.uint8)
 # what shapes a scatterv's view of the root's eager ring entry: all of it, as bytes (a
 # read-only broadcast of one byte: it takes no memory)

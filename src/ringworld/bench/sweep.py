@@ -7,7 +7,9 @@ time per iteration (max over ranks of the mean), algbw = bytes / time, busbw = a
 nccl-tests factor (allreduce 2(n-1)/n; allgather, reduce_scatter, alltoall, gather, scatter
 (n-1)/n; others 1), elements found wrong against a numpy reference, the algorithm Ringworld
 chose, and for each peer its time and peer time / Ringworld time (above 1: Ringworld faster).
-For allgather, reduce_scatter, alltoall, gather and scatter the size is the whole buffer.
+For allgather, reduce_scatter, alltoall, gather and scatter the size is the whole buffer; the
+v-variants (allgatherv, gatherv, scatterv, alltoallv) run with equal counts, sized as their
+equal-block collectives.
 ``--api mpi`` times Ringworld through ``ringworld.MPI`` (the mpi4py peer's very calls, under
 ``ringworld run``: the layer ported mpi4py programs use) instead of the native API.
 
