@@ -274,3 +274,31 @@ def _through_mpi(comm: ringworld.Communicator) -> list[str]:
 def test_mpi_vector_calls_repeat_with_changing_counts() -> None:
     out = run_processes(3, _through_mpi, timeout=60)
     assert out == [[]] * 3
+
+
+def _freed(comm: ringworld.Communicator) -> list[str]:
+    """A freed communicator's windows are not kept mapped by the v-variants' views."""
+    import gc
+    import weakref
+
+    from ringworld.algorithms import shm_vector
+
+    dup = comm.dup()
+    p = dup.size
+    dup.allgatherv(np.ones(1), np.zeros(p), [1] * p)
+    arena = weakref.ref(dup._arena)
+    key = id(dup._arena)
+    if key not in shm_vector._VIEWS:
+        return ["no views were kept for the arena"]
+    dup.free()
+    gc.collect()
+    errors = []
+    if arena() is not None:
+        errors.append("the freed communicator's arena is still alive")
+    if key in shm_vector._VIEWS:
+        errors.append("the freed communicator's views are still kept")
+    return errors
+
+
+def test_a_freed_communicator_leaves_no_views_behind() -> None:
+    assert run_processes(2, _freed, timeout=60) == [[], []]

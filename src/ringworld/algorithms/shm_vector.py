@@ -25,6 +25,7 @@ Every runner is ``run(arena, spec, send, recv) -> bool`` (done, or: take the mes
 from __future__ import annotations
 
 import weakref
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -42,21 +43,23 @@ _U8 = np.dtype(np.uint8)
 # read-only broadcast of one byte: it takes no memory)
 _WHOLE = np.broadcast_to(np.zeros(1, np.uint8), (EAGER_MAX,))
 
-# per arena (by id, with a weak reference to tell a new one at the same address), per (slot
-# parity, dtype): every rank's slot header (int64 words: a flag, p counts, p offsets) and the
-# rest of its slot as that dtype, and how many elements fit there (a WeakKeyDictionary's
-# lookup is a Python call: 0.3 us)
+# per arena (by id; an arena's entry goes when the arena does, so its views never keep its
+# windows mapped longer than the arena's own do), per (slot parity, dtype): every rank's slot
+# header (int64 words: a flag, p counts, p offsets) and the rest of its slot as that dtype,
+# and how many elements fit there (a WeakKeyDictionary's lookup is a Python call: 0.3 us)
 _Views = tuple[list[memoryview], list[Array], int]
 _VIEWS: dict[int, tuple[weakref.ref[Arena], dict[tuple[int, np.dtype[Any]], _Views]]] = {}
+
+
+def _drop(key: int, _: object) -> None:
+    _VIEWS.pop(key, None)
 
 
 def _views(a: Arena, dt: np.dtype[Any]) -> _Views:
     """The slots of the next sync as the v-variants use them (cached per arena)."""
     entry = _VIEWS.get(id(a))
     if entry is None or entry[0]() is not a:
-        if len(_VIEWS) > 64:  # (arenas of freed communicators)
-            _VIEWS.clear()
-        entry = _VIEWS[id(a)] = (weakref.ref(a), {})
+        entry = _VIEWS[id(a)] = (weakref.ref(a, partial(_drop, id(a))), {})
     per = entry[1]
     key = (a.next_parity(), dt)
     found = per.get(key)
