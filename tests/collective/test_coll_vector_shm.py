@@ -158,6 +158,16 @@ def _same_arrays(comm: ringworld.Communicator) -> list[str]:
         want[displs[i] : displs[i] + counts[i]] = _block(i, counts[i], 9)
     if not np.array_equal(recv, want):
         errors.append(f"in place: {recv}")
+    # counts as a numpy array between list calls: compared, never truth-tested as an array
+    send[:] = _block(r, counts[r], 11)
+    want = np.full(2 * p, -1.0)
+    for i in range(p):
+        want[displs[i] : displs[i] + counts[i]] = _block(i, counts[i], 11)
+    for form in (list, np.array, tuple, list):
+        recv[:] = -1
+        comm.allgatherv(send, recv, form(counts), form(displs))
+        if not np.array_equal(recv, want):
+            errors.append(f"counts as {form.__name__}: {recv}")
     grid = np.zeros((p, 2))
     comm.allgatherv(_block(r, 2, 10), grid, [2] * p)
     if not np.array_equal(grid.reshape(-1), np.concatenate([_block(i, 2, 10) for i in range(p)])):

@@ -212,8 +212,12 @@ class Communicator(CommManagement):
         :meth:`CallCache.keep_vector`): straight into the shared windows, without the checks;
         False, having done nothing, if it is no such repeat."""
         last = self._cache.vector.get(coll)
-        if (last is None or last[0]() is not sendbuf or last[1]() is not recvbuf
-                or last[2] != key):
+        if last is None or last[0]() is not sendbuf or last[1]() is not recvbuf:
+            return False
+        try:
+            if last[2] != key:
+                return False
+        except (TypeError, ValueError):  # counts of another type (a numpy array): not kept
             return False
         sb = last[7] if sendbuf is None else sendbuf
         rb = last[8] if recvbuf is None else recvbuf
