@@ -111,8 +111,8 @@ def _bad_calls(comm: Communicator) -> list[tuple[str, Callable[[], Any], type, t
          ValueError, ("shm", "blocking")),
         ("iallgatherv: algorithm shm", lambda: comm.iallgatherv(
             x[:1], e(p, np.int64), [1] * p, algorithm="shm"), ValueError, ("shm", "blocking")),
-        ("reduce_scatter: algorithm shm", lambda: comm.reduce_scatter(
-            x, e(2, np.int64), [2] * p, algorithm="shm"), ValueError, ("shm",)),
+        ("ireduce_scatter: algorithm shm", lambda: comm.ireduce_scatter(
+            x, e(2, np.int64), [2] * p, algorithm="shm"), ValueError, ("shm", "blocking")),
     ] + ([] if p == 1 else [  # in a world of one every length is a multiple of the size
         ("reduce_scatter_block: IN_PLACE recvbuf not size blocks", lambda:
             comm.reduce_scatter_block(IN_PLACE, e(p * 2 + 1, np.int64)), ValueError,
@@ -122,6 +122,8 @@ def _bad_calls(comm: Communicator) -> list[tuple[str, Callable[[], Any], type, t
             x, e(p * 2, np.int64), algorithm="shm"), ValueError, ("shm",)),
         ("allgatherv: algorithm shm without shared memory", lambda: comm.allgatherv(
             x[:1], e(p, np.int64), [1] * p, algorithm="shm"), ValueError, ("shm", "memory")),
+        ("reduce_scatter: algorithm shm without shared memory", lambda: comm.reduce_scatter(
+            x, e(2, np.int64), [2] * p, algorithm="shm"), ValueError, ("shm", "memory")),
     ])
 
 

@@ -18,6 +18,8 @@ from ringworld.errors import MismatchError
 from ringworld.testing import run_processes
 
 BIG = 40_000  # float64 elements: a block larger than a slot (256 KiB)
+# a non-commutative op (rank order shows): named, so every rank's signature reads alike
+_TWICE_PLUS = ringworld.Op.create(lambda a, b: a * 2 + b, name="twice_plus")
 
 
 def _block(i: int, n: int, k: int, dt: Any = np.float64) -> np.ndarray:
@@ -97,6 +99,17 @@ def _vectors(comm: ringworld.Communicator, dt: Any, big: bool, crowded: bool = F
         for i in range(p):
             if not np.array_equal(rbuf[rd[i] : rd[i] + rc[i]], _block(i * p + r, rc[i], k, dt)):
                 errors.append(f"alltoallv round {k}: block from {i}: {rbuf[rd[i]:rd[i] + rc[i]]}")
+        if dt in (np.float64, np.int8):  # reduce_scatter of the same counts, in rank order
+            rs_send = np.concatenate([_block(r + 7 * i, counts[i], k, dt) for i in range(p)])
+            rs_out = np.full(counts[r], -1, dtype=dt)
+            comm.reduce_scatter(rs_send, rs_out, counts, op=_TWICE_PLUS)
+            want_rs = _block(r * 7, counts[r], k, dt)  # rank 0's block r
+            for q in range(1, p):
+                want_rs = (want_rs * 2 + _block(q + 7 * r, counts[r], k, dt)).astype(dt)
+            if not np.array_equal(rs_out, want_rs):
+                errors.append(f"reduce_scatter round {k}: {rs_out} != {want_rs}")
+            if p > 1 and not _ran(comm, "shm" if not big else large):
+                errors.append(f"round {k}: reduce_scatter ran {comm.last_algorithm}")
         gaps = np.ones(rlen, dtype=bool)
         for i in range(p):
             gaps[rd[i] : rd[i] + rc[i]] = False
@@ -229,6 +242,14 @@ def _mismatches(comm: ringworld.Communicator) -> list[str]:
                 errors.append(f"large alltoallv: rank {r} raised {exc}")
         if comm.last_algorithm != "shm":
             errors.append(f"large alltoallv ran {comm.last_algorithm}")
+    # reduce_scatter: rank 1 passes other counts: every rank raises, at the same sync
+    counts = [1] * p if r != 1 else [1] * (p - 1) + [2]
+    try:
+        comm.reduce_scatter(np.ones(sum(counts)), np.zeros(counts[r]), counts)
+        errors.append("reduce_scatter with counts that differ by rank passed")
+    except MismatchError as exc:
+        if "reduce_scatter" not in str(exc):
+            errors.append(f"reduce_scatter's mismatch unclear: {exc}")
     # the communicator is still usable, in the windows
     recv = np.zeros(p)
     comm.allgatherv(one * r, recv, [1] * p)
@@ -254,6 +275,7 @@ def _through_mpi(comm: ringworld.Communicator) -> list[str]:
     recv = np.zeros(sum(counts))
     a2a_s, a2a_r = np.zeros(p), np.zeros(p)
     ones, steps = [1] * p, list(range(p))
+    rs_in, rs_out = np.zeros(sum(counts)), np.zeros(counts[r])
     for k in range(6):
         if k == 3:  # the same list objects, other values: a kept call must not match
             counts[:] = counts[1:] + counts[:1]
@@ -274,6 +296,12 @@ def _through_mpi(comm: ringworld.Communicator) -> list[str]:
         c.Scatterv([want, (counts, displs), MPI.DOUBLE] if r == 0 else None, mine, root=0)
         if not np.array_equal(mine, send):
             errors.append(f"Scatterv {k}: {mine}")
+        rs_in[:] = np.concatenate([_block(r + 7 * i, counts[i], k) for i in range(p)])
+        if rs_out.size != counts[r]:  # (the others keep their arrays)
+            rs_out = np.zeros(counts[r])
+        c.Reduce_scatter(rs_in, rs_out, counts, MPI.SUM)
+        if not np.array_equal(rs_out, sum(_block(q + 7 * r, counts[r], k) for q in range(p))):
+            errors.append(f"Reduce_scatter {k}: {rs_out}")
         a2a_s[:] = _block(r, p, k)
         c.Alltoallv([a2a_s, (ones, steps), MPI.DOUBLE], [a2a_r, (ones, steps), MPI.DOUBLE])
         if not np.array_equal(a2a_r, [_block(i, p, k)[r] for i in range(p)]):

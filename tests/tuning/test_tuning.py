@@ -66,8 +66,8 @@ def test_forced_choices_and_their_errors() -> None:
         Selector(constants.DEFAULTS, (("allreduce", "nonsense"),))
     with pytest.raises(ValueError, match="shm"):
         s.choose("allreduce", 4, 8, "tcp", "shm")
-    with pytest.raises(ValueError, match="not an algorithm of reduce_scatter; choose one of"):
-        s.choose("reduce_scatter", 4, 8, "shm", "shm", shm=True)
+    with pytest.raises(ValueError, match="not an algorithm of alltoallw; choose one of"):
+        s.choose("alltoallw", 4, 8, "shm", "shm", shm=True)
     # the v-variants take the windows at every size where ranks share memory (sizes differ by
     # rank: no cost could choose alike), unless a schedule is asked for
     for n in (8, 1 << 30):
@@ -75,6 +75,7 @@ def test_forced_choices_and_their_errors() -> None:
         assert s.choose("alltoallv", 4, n, "shm", "pairwise", shm=True) == "pairwise"
         assert s.choose("gatherv", 4, n, "shm", shm=False) == "linear"
     assert s.choose("scatterv", 4, 8, "shm", "shm", shm=True, equal_blocks=False) == "shm"
+    assert s.choose("reduce_scatter", 4, 8, "shm", shm=True, equal_blocks=False) == "shm"
     assert set(SHM_MODELS) <= set(REGISTRY)
 
 

@@ -91,10 +91,11 @@ COLLECTIVES = tuple(REGISTRY)
 #: the collectives with a direct (shared-memory) algorithm
 DIRECT_COLLECTIVES = ("barrier", "allreduce", "reduce", "bcast", "allgather",
                       "reduce_scatter_block", "alltoall", "gather", "scatter", "scan", "exscan")
-#: the v-variants with a shared-memory path: it takes every call whose ranks share memory
-#: (their blocks differ by rank, so no rank can choose by size alike with the others), moving
-#: the data itself where it fits its slots (see ``algorithms.shm_vector``)
-VECTOR_DIRECT = ("allgatherv", "gatherv", "scatterv", "alltoallv")
+#: the v-variants (and reduce_scatter, of per-rank counts) with a shared-memory path: it takes
+#: every call whose ranks share memory (their blocks differ by rank, so no rank can choose by
+#: size alike with the others), moving the data itself where it fits its slots or where ranks
+#: may copy each other's memory (see ``algorithms.shm_vector``)
+VECTOR_DIRECT = ("allgatherv", "gatherv", "scatterv", "alltoallv", "reduce_scatter")
 _OTHER: dict[str, dict[str, Algorithm]] = {
     c: {SHM: A(SHM, _no_schedule, equal_blocks_only=c not in VECTOR_DIRECT, kind=DIRECT,
                blocking_only=True)}

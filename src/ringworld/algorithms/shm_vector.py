@@ -1,4 +1,5 @@
-"""The v-variants (allgatherv, gatherv, scatterv, alltoallv) in the shared windows.
+"""The v-variants (allgatherv, gatherv, scatterv, alltoallv, and reduce_scatter with its
+per-rank counts) in the shared windows.
 
 Their blocks differ by rank, and only some ranks know all of them (a gatherv's or scatterv's
 counts are the root's; an alltoallv rank knows what it sends and what it receives, not what
@@ -19,7 +20,8 @@ gatherv's root and a rank whose block is not the size the root expects both rais
 blocks arrived); a scatterv's receiver, or an alltoallv's, whose block is not the size it
 expects raises (as MPI reports a truncation at the receiver).
 
-Every runner is ``run(arena, spec, send, recv) -> bool`` (done, or: take the message path).
+Every runner is ``run(arena, spec, send, recv, op) -> bool`` (done, or: take the message
+path; ``op`` is a reduce_scatter's).
 """
 
 from __future__ import annotations
@@ -32,7 +34,9 @@ import numpy as np
 
 from ringworld.algorithms.schedule import Spec
 from ringworld.algorithms.shm_arena import Arena
+from ringworld.algorithms.shm_collectives import _combine_in_rank_order, _combine_slice
 from ringworld.algorithms.shm_policy import EAGER_MAX, SLOT
+from ringworld.comm.ops import Op
 from ringworld.errors import MismatchError
 
 __all__ = ["RUN"]
@@ -86,7 +90,8 @@ def _mismatch(a: Arena, text: str) -> MismatchError:
     return exc
 
 
-def allgatherv(a: Arena, spec: Spec, send: Array, recv: Array) -> bool:
+def allgatherv(a: Arena, spec: Spec, send: Array, recv: Array, op: Op | None = None
+               ) -> bool:
     """Every rank's block (``spec.counts[i]`` elements) into ``recv`` at ``spec.displs[i]``;
     the counts, in the signature, agree on every rank (else the sync raises). Blocks too large
     for the slots are read straight out of their owners' ``send`` where ranks may read each
@@ -115,7 +120,8 @@ def allgatherv(a: Arena, spec: Spec, send: Array, recv: Array) -> bool:
     return True
 
 
-def gatherv(a: Arena, spec: Spec, send: Array, recv: Array) -> bool:
+def gatherv(a: Arena, spec: Spec, send: Array, recv: Array, op: Op | None = None
+            ) -> bool:
     """Rank i's ``send`` into the root's ``recv`` at ``spec.displs[i]`` (the root's counts and
     displs; other ranks know their own block only). Blocks too large for the slots are written
     by their owners straight into the root's ``recv`` where ranks may write each other's
@@ -165,7 +171,8 @@ def gatherv(a: Arena, spec: Spec, send: Array, recv: Array) -> bool:
     return True
 
 
-def scatterv(a: Arena, spec: Spec, send: Array, recv: Array) -> bool:
+def scatterv(a: Arena, spec: Spec, send: Array, recv: Array, op: Op | None = None
+             ) -> bool:
     """``spec.counts[i]`` elements of the root's ``send`` from ``spec.displs[i]`` into rank
     i's ``recv`` (the root's counts and displs; other ranks know their own block only):
     through the slots, or where ranks share cores through the root's eager ring, which makes
@@ -275,7 +282,8 @@ def _scatterv_eager(a: Arena, spec: Spec, send: Array, recv: Array) -> bool:
     return True
 
 
-def alltoallv(a: Arena, spec: Spec, send: Array, recv: Array) -> bool:
+def alltoallv(a: Arena, spec: Spec, send: Array, recv: Array, op: Op | None = None
+              ) -> bool:
     """Block j of ``send`` (``spec.counts[j]`` elements at ``spec.displs[j]``) to rank j,
     which receives it into ``recv`` at its ``rdispls`` (``rcounts`` it expects). A rank whose
     blocks do not fit its slot has them read straight out of its ``send`` where ranks may read
@@ -319,6 +327,37 @@ def alltoallv(a: Arena, spec: Spec, send: Array, recv: Array) -> bool:
     return True
 
 
+def reduce_scatter(a: Arena, spec: Spec, send: Array, recv: Array, op: Op | None = None
+                   ) -> bool:
+    """Reduce every rank's ``send`` (``spec.counts`` blocks, the same on every rank: they are
+    in the signature) and give rank i block i, combined in rank order: as reduce_scatter_block
+    does, through the slots where the whole vector fits one (one sync, each rank combining its
+    block of every slot), else straight out of the ranks' ``send`` where ranks may read each
+    other's memory (see ``_combine_slice``: two syncs), else on the message path."""
+    c = spec.counts
+    assert c is not None and op is not None
+    r = a.chan.rank
+    lo = sum(c[:r])
+    n = c[r]
+    _, data, cap = _views(a, recv.dtype)
+    if sum(c) <= cap:
+        data[r][: sum(c)] = send
+        a.sync()
+        if len(data) == 1:
+            recv[...] = send[lo : lo + n]
+        else:
+            _combine_in_rank_order(op, recv, [d[lo : lo + n] for d in data])
+        return True
+    if a.direct:
+        a.publish(0, send)
+    a.sync()
+    if not a.direct:
+        return False
+    _combine_slice(a, send, recv, lo, op)
+    a.sync()  # every rank has read its block of this one's send
+    return True
+
+
 #: the runners, by collective
 RUN = {"allgatherv": allgatherv, "gatherv": gatherv, "scatterv": scatterv,
-       "alltoallv": alltoallv}
+       "alltoallv": alltoallv, "reduce_scatter": reduce_scatter}

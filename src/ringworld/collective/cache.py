@@ -215,10 +215,10 @@ class CallCache:
         """Remember a v-variant's call, begun in the shared windows, as its collective's last
         (read by ``Communicator._again_vector``): if its buffers are the user's contiguous
         numpy arrays (or None, a side this rank does not pass), ``key`` (its counts, displs
-        and root, as passed) holds lists, tuples, ints or None, and it needs no finishing.
-        Entry: weak refs to sendbuf and recvbuf (or None's stand-in), a copy of ``key``, the
-        dtype, ``sig``, the call's spec and size, and its send and receive arrays' stand-ins
-        for a None."""
+        and root or op, as passed) holds lists, tuples, ints, None, op names or ops, and it
+        needs no finishing. Entry: weak refs to sendbuf and recvbuf (or None's stand-in), a
+        copy of ``key``, the dtype, ``sig``, the call's spec and size, its send and receive
+        arrays' stand-ins for a None, and its resolved op."""
         nd = type(call.arrays[1])
         if call.finish is not None or call.in_place:
             return
@@ -234,13 +234,13 @@ class CallCache:
         for k in key:
             if type(k) is list or type(k) is tuple:
                 copy.append(k[:])  # (a list the user changes later must not match)
-            elif k is None or type(k) is int:
-                copy.append(k)
+            elif k is None or type(k) is int or type(k) is str or isinstance(k, Op):
+                copy.append(k)  # (an op: immutable, as a reduction's repeat keeps it)
             else:
                 return
         self.vector[call.collective] = (refs[0], refs[1], tuple(copy), call.arrays[1].dtype,
                                         sig, call.spec, call.nbytes, call.arrays[0],
-                                        call.arrays[1])
+                                        call.arrays[1], call.op)
 
     def op(self, op: Any, *arrays: Array) -> Op:
         """``op`` resolved, and checked against the dtype of the first non-empty array (every

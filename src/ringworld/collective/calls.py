@@ -154,8 +154,10 @@ def reduce_scatter(f: Frame, sendbuf: Any, recvbuf: Any, counts: Counts, op: Any
     o = f._op(op, sb)
     spec = Spec(p, r, c[0] if c else 0, counts=c if counts is not None else None,
                 commutative=o.commutative)
+    # (with counts, the shared windows check every rank's: the signature holds them)
+    kind = (sb.dtype, o.name) if counts is None else (sb.dtype, o.name, c)
     return Call(coll, spec, (sb, out), o, sb.nbytes // max(1, p), counts is None,
-                (sb.nbytes, (sb.dtype, o.name)), finish, sendbuf is IN_PLACE)
+                (sb.nbytes, kind), finish, sendbuf is IN_PLACE)
 
 
 def scan(f: Frame, coll: str, sendbuf: Any, recvbuf: Any, op: Any) -> Call:

@@ -176,8 +176,8 @@ class Communicator(CommManagement):
         if coll in shm_vector.RUN:
             if keep is not None:
                 self._cache.keep_vector(call, keep[0], keep[1], keep[2], sig)
-            return self._vector_in_shared(coll, call.spec, sb, rb, call.nbytes, call.finish, a,
-                                          timeout)
+            return self._vector_in_shared(coll, call.spec, sb, rb, o, call.nbytes, call.finish,
+                                          a, timeout)
         run = shm.RUN[coll]
         self._in_windows(run, a, sb, rb, o, call.spec.root)
         if call.finish is not None:
@@ -186,14 +186,14 @@ class Communicator(CommManagement):
             self._cache.keep(call, keep[0], keep[1], sb, rb, keep[2], sig, run)
         return self._done
 
-    def _vector_in_shared(self, coll: str, spec: Spec, sb: Array, rb: Array, nbytes: int,
-                          finish: Callable[[], None] | None, a: shm.Arena,
+    def _vector_in_shared(self, coll: str, spec: Spec, sb: Array, rb: Array, op: Op | None,
+                          nbytes: int, finish: Callable[[], None] | None, a: shm.Arena,
                           timeout: float | None) -> Request[None]:
         """Run a v-variant, begun in the shared windows: there where its blocks fit them, else
         (every rank decides alike, see :mod:`ringworld.algorithms.shm_vector`) on the message
         path after."""
         try:
-            done = shm_vector.RUN[coll](a, spec, sb, rb)
+            done = shm_vector.RUN[coll](a, spec, sb, rb, op)
         except BaseException as exc:
             a.abandon(exc)
             raise
@@ -202,9 +202,10 @@ class Communicator(CommManagement):
                 finish()
             return self._done
         algo = self.selector.choose(coll, self.size, nbytes, self.transport,
+                                    commutative=op is None or op.commutative,
                                     equal_blocks=False, layout=self._layout)
         self.last_algorithm = f"{SHM}+{algo}"
-        return self._go(coll, algo, spec, (sb, rb), None, True, timeout, finish)
+        return self._go(coll, algo, spec, (sb, rb), op, True, timeout, finish)
 
     def _again_vector(self, coll: str, sendbuf: Any, recvbuf: Any, key: tuple[Any, ...],
                       timeout: float | None) -> bool:
@@ -233,7 +234,7 @@ class Communicator(CommManagement):
         if sendbuf is not None and sendbuf.ndim != 1:
             sb = sb.reshape(-1)
         self.last_algorithm = SHM
-        self._vector_in_shared(coll, last[5], sb, rb, last[6], None,
+        self._vector_in_shared(coll, last[5], sb, rb, last[9], last[6], None,
                                self._shm(coll, timeout, sig=last[4]), timeout)
         return True
 
@@ -444,7 +445,12 @@ class Communicator(CommManagement):
         Raises:
             TypeError / ValueError, Timeout, PeerFailure, TruncationError.
         """
-        self._run(calls.reduce_scatter, (sendbuf, recvbuf, counts, op), algorithm, True, timeout)
+        key = (counts, op)
+        if algorithm is None and self._again_vector("reduce_scatter", sendbuf, recvbuf, key,
+                                                    timeout):
+            return
+        self._run(calls.reduce_scatter, (sendbuf, recvbuf, counts, op), algorithm, True, timeout,
+                  (sendbuf, recvbuf, key))
 
     @observable("collective", start=True)
     def ireduce_scatter(self, sendbuf: Any, recvbuf: Any, counts: Sequence[int],

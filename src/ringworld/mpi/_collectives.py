@@ -595,8 +595,13 @@ class Collectives:
     def Reduce_scatter(self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None,
                        op: Any = SUM) -> None:
         """Reduce ``sendbuf`` and give rank i its ``recvcounts[i]`` elements."""
-        self._native.reduce_scatter(*self._reduce_scatter(sendbuf, recvbuf, recvcounts, op,
-                                                          "Reduce_scatter"))
+        n = self._native
+        parts = (sendbuf, recvbuf, recvcounts, op)
+        if recvcounts is None or not _vmemo.again(n, "Reduce_scatter", parts, n.reduce_scatter):
+            args = self._reduce_scatter(sendbuf, recvbuf, recvcounts, op, "Reduce_scatter")
+            n.reduce_scatter(*args)
+            if recvcounts is not None:  # (without them every call agrees on them: a collective)
+                _vmemo.keep(n, "Reduce_scatter", parts, 1, args)
 
     def Ireduce_scatter(self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None,
                         op: Any = SUM) -> Request:

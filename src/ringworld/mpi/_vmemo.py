@@ -1,4 +1,5 @@
-"""ringworld.MPI's repeat path for the v-variants (Allgatherv, Gatherv, Scatterv, Alltoallv).
+"""ringworld.MPI's repeat path for the v-variants (Allgatherv, Gatherv, Scatterv, Alltoallv,
+and Reduce_scatter with its recvcounts).
 
 Their specs (``[buf, (counts, displs), datatype]``) take 5-10 us a call to parse, where the
 native call repeated on the same arrays takes 3-4. A loop repeating one call on the same small
@@ -10,7 +11,8 @@ views) are kept: until the next call of that method on the communicator, or ``Fr
 
 A spec matches the kept one when its arrays and predefined datatypes are the same objects and
 its counts and displacements (lists or tuples of ints, compared by value: a list changed in
-place since no longer matches) are equal; any other item keeps the call from being kept.
+place since no longer matches) are equal, and its op is the same predefined one; any other
+item keeps the call from being kept.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from ringworld.collective.cache import HELD_BYTES
 from ringworld.comm import hooks
 from ringworld.mpi._buffer import SIMPLE_DTYPES
 from ringworld.mpi._constants import IN_PLACE
+from ringworld.mpi._op import predefined_native
 
 _SAME = "is"  # a snapshot kind: the spec itself, by identity
 
@@ -49,7 +52,8 @@ _NOTHING = object()
 
 def _snapshot(spec: Any) -> Any:
     """What a later call's spec must match (see the module's docstring), or _NOTHING."""
-    if spec is None or spec is IN_PLACE or type(spec) is np.ndarray:
+    if (spec is None or spec is IN_PLACE or type(spec) is np.ndarray
+            or predefined_native(spec) is not None):  # (a predefined MPI.Op: by identity)
         return (_SAME, spec)
     if type(spec) is int:
         return (int, spec)
