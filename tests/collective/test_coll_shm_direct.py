@@ -308,16 +308,9 @@ def test_two_rank_direct_bcast_shares_its_copying(slow: int,
     assert done[1 - slow] > done[slow] * 2, done  # the prompt rank took most of them
 
 
-def _shared_reduce_scatter(comm: ringworld.Communicator, slow: int) -> dict[str, Any]:
-    """Direct reduce_scatter_blocks on two ranks whose combining is shared out as it goes
-    (each rank its own block from the front, then the other's from the back); rank ``slow``
-    dawdles before its first piece of each call, so the other combines some of its block."""
-    warm = np.zeros(4)
-    comm.allreduce(warm.copy(), warm)  # maps the windows
-    arena: Any = comm._arena
-    arena.crowded = False  # on both ranks alike (a crowded job keeps the fixed blocks)
-    arena.direct_min["reduce_scatter_block"] = 1 << 20
-    arena.policy = dataclasses.replace(arena.policy, race=False)  # (the threshold's path)
+def _dawdling_reads(comm: ringworld.Communicator, slow: int) -> tuple[list[int], list[bool]]:
+    """Count this rank's direct reads (the pieces it takes); rank ``slow`` sleeps before its
+    first read after ``first[0]`` is set (a call's start), so the other must take more."""
     taken = [0]
     first = [True]
     read = shm.Arena.read
@@ -330,10 +323,26 @@ def _shared_reduce_scatter(comm: ringworld.Communicator, slow: int) -> dict[str,
         read(self, rank, which, offset, into)
 
     shm.Arena.read = reading  # type: ignore[method-assign]
-    twice_plus = ringworld.Op.create(lambda a, b: a * 2 + b, name="twice_plus")
+    return taken, first
+
+
+_TWICE_PLUS = ringworld.Op.create(lambda a, b: a * 2 + b, name="twice_plus")
+
+
+def _shared_reduce_scatter(comm: ringworld.Communicator, slow: int) -> dict[str, Any]:
+    """Direct reduce_scatter_blocks on two ranks whose combining is shared out as it goes
+    (each rank its own block from the front, then the other's from the back); rank ``slow``
+    dawdles before its first piece of each call, so the other combines some of its block."""
+    warm = np.zeros(4)
+    comm.allreduce(warm.copy(), warm)  # maps the windows
+    arena: Any = comm._arena
+    arena.crowded = False  # on both ranks alike (a crowded job keeps the fixed blocks)
+    arena.direct_min["reduce_scatter_block"] = 1 << 20
+    arena.policy = dataclasses.replace(arena.policy, race=False)  # (the threshold's path)
+    taken, first = _dawdling_reads(comm, slow)
     errors: list[str] = []
     for k, nbytes in enumerate([shm.SHARE_FROM, shm.SHARE_FROM + 144, 3 * shm.SHARE_FROM + 16]):
-        for dtype, op in ((np.float64, ringworld.SUM), (np.int32, twice_plus)):
+        for dtype, op in ((np.float64, ringworld.SUM), (np.int32, _TWICE_PLUS)):
             n = nbytes // np.dtype(dtype).itemsize // 2  # a block
             x = [(np.arange(2 * n) % 1013 * 7 + k * 11 + i * 3).astype(dtype) for i in (0, 1)]
             full = x[0] + x[1] if op is ringworld.SUM else x[0] * 2 + x[1]
@@ -371,22 +380,10 @@ def _shared_allreduce(comm: ringworld.Communicator, slow: int) -> dict[str, Any]
     arena: Any = comm._arena
     arena.crowded = False  # on both ranks alike (a crowded job keeps the fixed slices)
     arena.direct_min["allreduce"] = 1 << 20
-    taken = [0]
-    first = [True]
-    read = shm.Arena.read
-
-    def reading(self: shm.Arena, rank: int, which: int, offset: int, into: Any) -> None:
-        taken[0] += 1
-        if first[0] and comm.rank == slow:
-            first[0] = False
-            time.sleep(0.05)
-        read(self, rank, which, offset, into)
-
-    shm.Arena.read = reading  # type: ignore[method-assign]
-    twice_plus = ringworld.Op.create(lambda a, b: a * 2 + b, name="twice_plus")
+    taken, first = _dawdling_reads(comm, slow)
     errors: list[str] = []
     for k, nbytes in enumerate([shm.SHARE_FROM, shm.SHARE_FROM + 72, 3 * shm.SHARE_FROM + 8]):
-        for dtype, op in ((np.float64, ringworld.SUM), (np.int32, twice_plus)):
+        for dtype, op in ((np.float64, ringworld.SUM), (np.int32, _TWICE_PLUS)):
             n = nbytes // np.dtype(dtype).itemsize
             mine = (np.arange(n) % 1013 * 7 + k * 11 + comm.rank * 3).astype(dtype)
             x0, x1 = (mine - comm.rank * 3, mine + (1 - comm.rank) * 3)  # rank 0's, rank 1's
@@ -398,7 +395,7 @@ def _shared_allreduce(comm: ringworld.Communicator, slow: int) -> dict[str, Any]
                 errors.append(f"{nbytes} B {dtype.__name__}: "
                               f"{int(np.count_nonzero(out != want))} elements wrong")
         inplace = mine.copy()  # in place: the fixed slices (a peer may not write into it)
-        comm.allreduce(ringworld.IN_PLACE, inplace, op=twice_plus)
+        comm.allreduce(ringworld.IN_PLACE, inplace, op=_TWICE_PLUS)
         if not np.array_equal(inplace, want):
             errors.append(f"{nbytes} B in place: wrong")
     return {"errors": errors, "direct": bool(arena.direct), "taken": taken[0]}

@@ -27,6 +27,7 @@ path; ``op`` is a reduce_scatter's).
 from __future__ import annotations
 
 import weakref
+from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
@@ -81,6 +82,23 @@ def _views(a: Arena, dt: np.dtype[Any]) -> _Views:
 def _head_bytes(p: int) -> int:
     """Bytes of a header of p ranks' counts and offsets and a flag, in whole cache lines."""
     return -(-8 * (2 * p + 1) // 64) * 64
+
+
+def _pack(head: memoryview, out: Array, counts: Sequence[int], displs: Sequence[int],
+          send: Array, me: int, large: bool) -> None:
+    """Write a header (word 0: ``large``; 1 + i: block i's count; 1 + p + i: where it lies)
+    and, unless ``large``, every block but this rank's own (``me``) packed into ``out``, the
+    room after the header. Where it lies: its offset in ``out``, or where ``large`` (read
+    straight from ``send``) its displacement there."""
+    p = len(counts)
+    head[0] = large
+    at = 0
+    for i, n in enumerate(counts):
+        head[1 + i] = n
+        head[1 + p + i] = displs[i] if large else at
+        if i != me and not large:
+            out[at : at + n] = send[displs[i] : displs[i] + n]
+            at += n
 
 
 def _mismatch(a: Arena, text: str) -> MismatchError:
@@ -192,15 +210,8 @@ def _scatterv_slots(a: Arena, spec: Spec, send: Array, recv: Array) -> bool:
     if r == root:
         c, d = spec.counts, spec.displs
         assert c is not None and d is not None
-        mine, out = head[r], data[r]
-        mine[0] = large = sum(c) - c[r] > cap
-        at = 0
-        for i, n in enumerate(c):
-            mine[1 + i] = n
-            mine[1 + p + i] = d[i] if large else at
-            if i != r and not large:
-                out[at : at + n] = send[d[i] : d[i] + n]
-                at += n
+        large = sum(c) - c[r] > cap
+        _pack(head[r], data[r], c, d, send, r, large)
         if large and a.direct:
             a.publish(0, send)
         a.sync()
@@ -241,16 +252,9 @@ def _scatterv_eager(a: Arena, spec: Spec, send: Array, recv: Array) -> bool:
         large = (sum(c) - c[r]) * isz > EAGER_MAX - head
 
         def put(_: int, entry: Array) -> None:
-            h = entry[:head].data.cast("q")
-            h[0] = large
-            out = entry[head:]
-            at = 0
-            for i, n in enumerate(c):
-                h[1 + i] = n
-                h[1 + p + i] = d[i] if large else at
-                if i != r and not large:
-                    out[at * isz : (at + n) * isz].view(dt)[...] = send[d[i] : d[i] + n]
-                    at += n
+            room = (EAGER_MAX - head) // isz * isz
+            _pack(entry[:head].data.cast("q"), entry[head : head + room].view(dt), c, d, send,
+                  r, large)
 
         if large and a.direct:
             a.publish(0, send)
@@ -292,15 +296,8 @@ def alltoallv(a: Arena, spec: Spec, send: Array, recv: Array, op: Op | None = No
     assert sc is not None and sd is not None and rc is not None and rd is not None
     r, p = a.chan.rank, a.chan.size
     head, data, cap = _views(a, recv.dtype)
-    mine, out = head[r], data[r]
-    mine[0] = large = sum(sc) - sc[r] > cap
-    at = 0
-    for j, n in enumerate(sc):
-        mine[1 + j] = n
-        mine[1 + p + j] = sd[j] if large else at
-        if j != r and not large:
-            out[at : at + n] = send[sd[j] : sd[j] + n]
-            at += n
+    large = sum(sc) - sc[r] > cap
+    _pack(head[r], data[r], sc, sd, send, r, large)
     if large and a.direct:
         a.publish(0, send)
     a.sync()

@@ -294,11 +294,8 @@ class Collectives:
     def Gatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
         """Gather blocks of different sizes: ``recvbuf`` is ``[buf, (counts, displs), type]``."""
         n = self._native
-        parts = (sendbuf, recvbuf, root)
-        if not _vmemo.again(n, "Gatherv", parts, n.gatherv):
-            args = self._gatherv(sendbuf, recvbuf, root, "Gatherv")
-            n.gatherv(*args)
-            _vmemo.keep(n, "Gatherv", parts, 1, args)
+        _vmemo.call(n, "Gatherv", (sendbuf, recvbuf, root), n.gatherv,
+                    lambda: self._gatherv(sendbuf, recvbuf, root, "Gatherv"))
 
     def Igatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:
         """Start a gatherv."""
@@ -343,11 +340,8 @@ class Collectives:
     def Scatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
         """Scatter blocks of different sizes: ``sendbuf`` is ``[buf, (counts, displs), type]``."""
         n = self._native
-        parts = (sendbuf, recvbuf, root)
-        if not _vmemo.again(n, "Scatterv", parts, n.scatterv):
-            args = self._scatterv(sendbuf, recvbuf, root, "Scatterv")
-            n.scatterv(*args)
-            _vmemo.keep(n, "Scatterv", parts, 1, args)
+        _vmemo.call(n, "Scatterv", (sendbuf, recvbuf, root), n.scatterv,
+                    lambda: self._scatterv(sendbuf, recvbuf, root, "Scatterv"))
 
     def Iscatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:
         """Start a scatterv."""
@@ -387,11 +381,8 @@ class Collectives:
     def Allgatherv(self, sendbuf: Any, recvbuf: Any) -> None:
         """Allgather of blocks of different sizes (``recvbuf`` a vector spec)."""
         n = self._native
-        parts = (sendbuf, recvbuf)
-        if not _vmemo.again(n, "Allgatherv", parts, n.allgatherv):
-            args = self._allgatherv(sendbuf, recvbuf, "Allgatherv")
-            n.allgatherv(*args)
-            _vmemo.keep(n, "Allgatherv", parts, 1, args)
+        _vmemo.call(n, "Allgatherv", (sendbuf, recvbuf), n.allgatherv,
+                    lambda: self._allgatherv(sendbuf, recvbuf, "Allgatherv"))
 
     def Iallgatherv(self, sendbuf: Any, recvbuf: Any) -> Request:
         """Start an allgatherv."""
@@ -435,11 +426,8 @@ class Collectives:
     def Alltoallv(self, sendbuf: Any, recvbuf: Any) -> None:
         """Alltoall with per-process counts and displacements (vector specs)."""
         n = self._native
-        parts = (sendbuf, recvbuf)
-        if not _vmemo.again(n, "Alltoallv", parts, n.alltoallv):
-            args = self._alltoallv(sendbuf, recvbuf, "Alltoallv")
-            n.alltoallv(*args)
-            _vmemo.keep(n, "Alltoallv", parts, 1, args)
+        _vmemo.call(n, "Alltoallv", (sendbuf, recvbuf), n.alltoallv,
+                    lambda: self._alltoallv(sendbuf, recvbuf, "Alltoallv"))
 
     def Ialltoallv(self, sendbuf: Any, recvbuf: Any) -> Request:
         """Start an alltoallv."""
@@ -596,12 +584,12 @@ class Collectives:
                        op: Any = SUM) -> None:
         """Reduce ``sendbuf`` and give rank i its ``recvcounts[i]`` elements."""
         n = self._native
-        parts = (sendbuf, recvbuf, recvcounts, op)
-        if recvcounts is None or not _vmemo.again(n, "Reduce_scatter", parts, n.reduce_scatter):
-            args = self._reduce_scatter(sendbuf, recvbuf, recvcounts, op, "Reduce_scatter")
-            n.reduce_scatter(*args)
-            if recvcounts is not None:  # (without them every call agrees on them: a collective)
-                _vmemo.keep(n, "Reduce_scatter", parts, 1, args)
+        args = (sendbuf, recvbuf, recvcounts, op, "Reduce_scatter")
+        if recvcounts is None:  # (every call agrees on them, a collective: never kept)
+            n.reduce_scatter(*self._reduce_scatter(*args))
+        else:
+            _vmemo.call(n, "Reduce_scatter", args[:4], n.reduce_scatter,
+                        lambda: self._reduce_scatter(*args))
 
     def Ireduce_scatter(self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None,
                         op: Any = SUM) -> Request:

@@ -97,6 +97,17 @@ def _matches(spec: Any, snap: Any) -> bool:
     return True
 
 
+def call(native: ringworld.Communicator, where: str, parts: tuple[Any, ...],
+         run: Callable[..., None], parse: Callable[[], tuple[Any, ...]]) -> None:
+    """``where``'s call: its kept native call again if ``parts`` (its specs, root or op, as
+    passed) match the kept ones, else ``run(*parse())``, kept for the next call (its array
+    spec to write into: ``parts[1]``)."""
+    if not again(native, where, parts, run):
+        args = parse()
+        run(*args)
+        keep(native, where, parts, 1, args)
+
+
 def again(native: ringworld.Communicator, where: str, parts: tuple[Any, ...],
           run: Callable[..., None]) -> bool:
     """Run ``where``'s kept native call again (``run(*its arguments)``) if ``parts`` (the
