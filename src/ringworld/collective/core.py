@@ -300,18 +300,18 @@ class CollectiveCore(ObjectCollectives):
             if collective in ("gatherv", "scatterv"):  # the windows take every size
                 windows = self._choose(collective, 0, algorithm, equal_blocks=False,
                                        blocking=blocking) == SHM
-                raise ValueError  # (decided)
-            try:
-                b = bufs.as_array(own, "own")
-                if op is not None:
-                    self._op(op, b)
-                sizes: tuple[int, ...] = (b.nbytes,)
-            except (TypeError, ValueError):
-                if own is not IN_PLACE:
-                    raise
-                sizes = (0, 1 << 30)  # the others' size is unknown here
-            windows = all(self._choose(collective, n, algorithm, commutative=c,
-                                       blocking=blocking) == SHM for n in sizes)
+            else:
+                try:
+                    b = bufs.as_array(own, "own")
+                    if op is not None:
+                        self._op(op, b)
+                    sizes: tuple[int, ...] = (b.nbytes,)
+                except (TypeError, ValueError):
+                    if own is not IN_PLACE:
+                        raise
+                    sizes = (0, 1 << 30)  # the others' size is unknown here
+                windows = all(self._choose(collective, n, algorithm, commutative=c,
+                                           blocking=blocking) == SHM for n in sizes)
         except (TypeError, ValueError):
             pass  # an op, buffer or algorithm the others refuse themselves
         if not windows:
