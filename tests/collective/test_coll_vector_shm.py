@@ -123,7 +123,8 @@ def _vectors(comm: ringworld.Communicator, dt: Any, big: bool, crowded: bool = F
 
 
 @pytest.mark.parametrize(("size", "big", "direct"), [
-    (1, False, True), (2, False, True), (3, True, True), (3, True, False), (5, False, True)])
+    (1, False, True), (2, False, True), (3, True, True), (3, True, False), (5, False, True),
+    (8, False, True)])
 @pytest.mark.parametrize("crowded", [False, True])
 def test_vector_collectives_in_the_windows(size: int, big: bool, direct: bool, crowded: bool,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
