@@ -1,9 +1,10 @@
 """The v-variants in the shared windows (``algorithms.shm_vector``): allgatherv, gatherv,
-scatterv and alltoallv on ranks that share memory, with blocks of any size (zero, one, uneven,
-larger than the slots: then the message path after the windows' sync), in place, repeated on
-the same arrays while the data and the counts change (a counts list changed in place must not
-match the kept call), through ``ringworld.MPI`` too; and disagreements raise MismatchError
-where they are seen while the communicator stays usable."""
+scatterv, alltoallv and reduce_scatter with per-rank counts on ranks that share memory, with
+blocks of any size (zero, one, uneven, larger than the slots: then straight between the ranks'
+buffers, or the message path after the windows' sync), in place, repeated on the same arrays
+while the data and the counts change (a counts list changed in place must not match the kept
+call), through ``ringworld.MPI`` too; and disagreements raise MismatchError where they are
+seen while the communicator stays usable."""
 
 from __future__ import annotations
 
