@@ -342,3 +342,32 @@ def _freed(comm: ringworld.Communicator) -> list[str]:
 
 def test_a_freed_communicator_leaves_no_views_behind() -> None:
     assert run_processes(2, _freed, timeout=60) == [[], []]
+
+
+def _fresh_views(comm: ringworld.Communicator) -> list[str]:
+    """Repeats on new arrays of the same dtype and shapes (a fresh view of the same memory each
+    call, or new memory) take the kept call's path and fill the arrays passed; a strided
+    array of the same shape is still refused."""
+    p, r = comm.size, comm.rank
+    errors: list[str] = []
+    counts = [2] * p
+    whole = np.zeros(2 * p + 3)
+    for k in range(6):
+        send = _block(r, 2, k)
+        recv = whole[1 : 1 + 2 * p] if k % 2 else np.full(2 * p, -1.0)  # a view, or new memory
+        comm.allgatherv(send, recv, counts)
+        if not np.array_equal(recv, np.concatenate([_block(i, 2, k) for i in range(p)])):
+            errors.append(f"round {k}: {recv}")
+        if k and comm.last_algorithm != "shm":
+            errors.append(f"round {k} ran {comm.last_algorithm}")
+    try:
+        comm.allgatherv(_block(r, 2, 9), np.zeros(4 * p)[::2], counts)
+        errors.append("a strided recvbuf passed")
+    except ValueError as exc:
+        if "contiguous" not in str(exc):
+            errors.append(f"strided recvbuf: {exc}")
+    return errors
+
+
+def test_repeats_take_new_arrays_of_the_same_shapes() -> None:
+    assert run_processes(3, _fresh_views, timeout=60) == [[]] * 3

@@ -11,6 +11,11 @@
 * ``plans``: the algorithm chosen for a call's shape (collective, size, op order, blocking,
   algorithm asked for) and whether a blocking allreduce runs hierarchically.
 * ``ops``: each (op, dtype) pair found valid.
+* ``vector``: per v-variant, its last call in the shared windows (the dtype and shapes of its
+  arrays, a copy of its counts), so that a repeat on arrays of that dtype and those shapes
+  skips the checks (no buffer held).
+* ``adapter``: what an adapter (``ringworld.MPI``) keeps of its own calls (its v-calls'
+  parsed arguments: byte views of small arrays that own their memory).
 
 The algorithms keep their own memos of pure functions (the selector's costs, the signatures'
 hashes); those depend on nothing a call can change.
@@ -38,10 +43,6 @@ LIMIT = 4096  # entries per table: a program with endlessly new shapes stops add
 def _in_place() -> Any:
     """Stands for the weak reference to an ``IN_PLACE`` sendbuf."""
     return IN_PLACE
-
-
-def _none() -> None:
-    """Stands for the weak reference to a buffer passed as None (a v-variant's)."""
 
 
 def _shape_key(coll: str, extra: Any, sendbuf: Any, recvbuf: Any) -> tuple[Any, ...]:
@@ -213,21 +214,23 @@ class CallCache:
     def keep_vector(self, call: Call, sendbuf: Any, recvbuf: Any, key: tuple[Any, ...],
                     sig: tuple[int, int, str]) -> None:
         """Remember a v-variant's call, begun in the shared windows, as its collective's last
-        (read by ``Communicator._again_vector``): if its buffers are the user's contiguous
-        numpy arrays (or None, a side this rank does not pass), ``key`` (its counts, displs
-        and root or op, as passed) holds lists, tuples, ints, None, op names or ops, and it
-        needs no finishing. Entry: weak refs to sendbuf and recvbuf (or None's stand-in), a
-        copy of ``key``, the dtype, ``sig``, the call's spec and size, its send and receive
-        arrays' stand-ins for a None, and its resolved op."""
-        nd = type(call.arrays[1])
+        (read by ``Communicator._again_vector``): if its buffers are contiguous numpy arrays
+        (or None, a side this rank does not pass), ``key`` (its counts, displs and root or op,
+        as passed) holds lists, tuples, ints, None, op names or ops, and it needs no
+        finishing. Entry: the buffers' shapes (None for a None), a copy of ``key``, the dtype,
+        ``sig``, the call's spec and size, the empty stand-ins of a side passed as None, and
+        the resolved op. No buffer is held: a later call on any arrays of these dtypes and
+        shapes passes the checks alike (a fresh view of the same memory each call, as
+        ``ringworld.MPI`` passes)."""
+        nd = self.ndarray = type(call.arrays[1])
         if call.finish is not None or call.in_place:
             return
-        refs: list[Callable[[], Any]] = []
+        shapes: list[tuple[int, ...] | None] = []
         for buf in (sendbuf, recvbuf):
             if buf is None:
-                refs.append(_none)
+                shapes.append(None)
             elif type(buf) is nd and buf.flags.c_contiguous:
-                refs.append(weakref.ref(buf))
+                shapes.append(buf.shape)
             else:
                 return
         copy: list[Any] = []
@@ -238,9 +241,10 @@ class CallCache:
                 copy.append(k)  # (an op: immutable, as a reduction's repeat keeps it)
             else:
                 return
-        self.vector[call.collective] = (refs[0], refs[1], tuple(copy), call.arrays[1].dtype,
-                                        sig, call.spec, call.nbytes, call.arrays[0],
-                                        call.arrays[1], call.op)
+        self.vector[call.collective] = (
+            shapes[0], shapes[1], tuple(copy), call.arrays[1].dtype, sig, call.spec, call.nbytes,
+            call.arrays[0] if sendbuf is None else None,
+            call.arrays[1] if recvbuf is None else None, call.op)
 
     def op(self, op: Any, *arrays: Array) -> Op:
         """``op`` resolved, and checked against the dtype of the first non-empty array (every

@@ -209,12 +209,19 @@ class Communicator(CommManagement):
 
     def _again_vector(self, coll: str, sendbuf: Any, recvbuf: Any, key: tuple[Any, ...],
                       timeout: float | None) -> bool:
-        """A v-variant repeated on the same arrays with equal counts (see
+        """A v-variant repeated on arrays of the same dtype and shapes with equal counts (see
         :meth:`CallCache.keep_vector`): straight into the shared windows, without the checks;
         False, having done nothing, if it is no such repeat."""
         last = self._cache.vector.get(coll)
-        if last is None or last[0]() is not sendbuf or last[1]() is not recvbuf:
+        if last is None:
             return False
+        nd = self._cache.ndarray
+        for buf, shape in ((sendbuf, last[0]), (recvbuf, last[1])):
+            if buf is None:
+                if shape is not None:
+                    return False
+            elif type(buf) is not nd or buf.shape != shape or not buf.flags.c_contiguous:
+                return False
         try:
             if last[2] != key:
                 return False
@@ -226,8 +233,7 @@ class Communicator(CommManagement):
         if sb.dtype is not dt or rb.dtype is not dt:
             return False
         if recvbuf is not None:
-            flags = recvbuf.flags
-            if not flags.writeable:
+            if not recvbuf.flags.writeable:
                 return False
             if recvbuf.ndim != 1:
                 rb = rb.reshape(-1)
