@@ -371,3 +371,43 @@ def _fresh_views(comm: ringworld.Communicator) -> list[str]:
 
 def test_repeats_take_new_arrays_of_the_same_shapes() -> None:
     assert run_processes(3, _fresh_views, timeout=60) == [[]] * 3
+
+
+def _mpi_views(comm: ringworld.Communicator) -> list[str]:
+    """ringworld.MPI's v-calls on views of other buffers (which its kept call cannot hold)
+    repeat with their views made again: right results while data and counts change, and no
+    buffer kept alive."""
+    import gc
+    import weakref
+
+    c = MPI.COMM_WORLD
+    p, r = c.Get_size(), c.Get_rank()
+    errors: list[str] = []
+    base = np.zeros(4 * p + 8)
+    sbase = np.zeros(8)
+    counts = [2] * p
+    displs = [2 * i for i in range(p)]
+    send, recv = sbase[1:3], base[3 : 3 + 2 * p]  # views: their base owns the memory
+    for k in range(6):
+        if k == 3:  # the same list objects, other values
+            counts[-1] = 1
+            displs[:] = [sum(counts[:i]) for i in range(p)]
+            if r == p - 1:
+                send = sbase[1:2]
+        send[:] = _block(r, counts[r], k)
+        recv[:] = -1
+        c.Allgatherv([send, MPI.DOUBLE], [recv, (counts, displs), MPI.DOUBLE])
+        want = np.full(2 * p, -1.0)
+        want[: sum(counts)] = np.concatenate([_block(i, counts[i], k) for i in range(p)])
+        if not np.array_equal(recv, want):
+            errors.append(f"Allgatherv on views, round {k}: {recv}")
+    held = weakref.ref(base)
+    del base, recv
+    gc.collect()
+    if held() is not None:
+        errors.append("the kept call holds a view's buffer")
+    return errors
+
+
+def test_mpi_vector_calls_on_views_repeat_and_hold_nothing() -> None:
+    assert run_processes(3, _mpi_views, timeout=60) == [[]] * 3

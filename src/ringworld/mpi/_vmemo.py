@@ -2,21 +2,25 @@
 and Reduce_scatter with its recvcounts).
 
 Their specs (``[buf, (counts, displs), datatype]``) take 5-10 us a call to parse, where the
-native call repeated on the same arrays takes 3-4. A loop repeating one call on the same small
-arrays, with equal counts, reuses the last call's parsed native arguments: the byte views and
-byte counts it passed, which the native repeat path then finds again (see
-``Communicator._again_vector``). The views hold the arrays, so only arrays that own their
-memory and are small (``HELD_BYTES``, as ``collective.cache`` holds the equal-block calls'
-views) are kept: until the next call of that method on the communicator, or ``Free``.
+native call repeated on arrays of the same shapes takes 3-4. A loop repeating one call on the
+same arrays, with equal counts, reuses what the last call's parsing gave: its byte counts and
+displacements as they were, and its buffers as views of this call's arrays, which the native
+repeat path then takes (see ``Communicator._again_vector``). The kept call knows its arrays by
+weak reference, and each argument that was a view of one of them by where that array sits in
+the specs and the view's dtype: the view is made again each call (0.1-0.2 us), or where the
+array is small and owns its memory (``HELD_BYTES``, as ``collective.cache`` holds the
+equal-block calls' byte views) kept, which holds the array until the next call of that
+method on the communicator, or ``Free``.
 
-A spec matches the kept one when its arrays and predefined datatypes are the same objects and
-its counts and displacements (lists or tuples of ints, compared by value: a list changed in
-place since no longer matches) are equal, and its op is the same predefined one; any other
-item keeps the call from being kept.
+A spec matches the kept one when its arrays (C-contiguous numpy arrays) and predefined
+datatypes are the same objects and its counts and displacements (lists or tuples of ints,
+compared by value: a list changed in place since no longer matches) are equal, and its op is
+the same predefined one; any other item keeps the call from being kept.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -29,7 +33,10 @@ from ringworld.mpi._buffer import SIMPLE_DTYPES
 from ringworld.mpi._constants import IN_PLACE
 from ringworld.mpi._op import predefined_native
 
-_SAME = "is"  # a snapshot kind: the spec itself, by identity
+# how an item of a kept spec is matched: an array by weak reference, a predefined datatype or
+# op (or None, IN_PLACE) by identity, counts and displacements by value (a copy), a root as int
+_WEAK, _SAME, _VALUE = 0, 1, 2
+_NOTHING = object()
 
 
 def _ints(x: Any) -> Any:
@@ -47,54 +54,59 @@ def _ints(x: Any) -> Any:
     return _NOTHING
 
 
-_NOTHING = object()
+def _item(x: Any) -> Any:
+    """How ``x`` is matched later: (_WEAK, a weak reference) for a C-contiguous numpy array,
+    (_SAME, it) for None, IN_PLACE, a predefined datatype or op, (_VALUE, a copy) for counts,
+    displacements or an int; else _NOTHING."""
+    if type(x) is np.ndarray:
+        return (_WEAK, weakref.ref(x)) if x.flags.c_contiguous else _NOTHING
+    if (x is None or x is IN_PLACE or SIMPLE_DTYPES.get(id(x)) is not None
+            or predefined_native(x) is not None):
+        return (_SAME, x)
+    copy = _ints(x)
+    return _NOTHING if copy is _NOTHING else (_VALUE, copy)
 
 
 def _snapshot(spec: Any) -> Any:
-    """What a later call's spec must match (see the module's docstring), or _NOTHING."""
-    if (spec is None or spec is IN_PLACE or type(spec) is np.ndarray
-            or predefined_native(spec) is not None):  # (a predefined MPI.Op: by identity)
-        return (_SAME, spec)
-    if type(spec) is int:
-        return (int, spec)
+    """What a later call's spec must match (see the module's docstring): (None, how its one
+    item is matched) or (its list or tuple type, how each item is), else _NOTHING."""
     if type(spec) is not list and type(spec) is not tuple:
-        return _NOTHING
-    items = []
-    for x in spec:
-        if type(x) is np.ndarray or SIMPLE_DTYPES.get(id(x)) is not None:
-            items.append(x)
-        else:
-            copy = _ints(x)
-            if copy is _NOTHING:
-                return _NOTHING
-            items.append(copy)
-    return (type(spec), tuple(items))
+        found = _item(spec)
+        return _NOTHING if found is _NOTHING else (None, (found,))
+    items = tuple(_item(x) for x in spec)
+    return _NOTHING if _NOTHING in items else (type(spec), items)
 
 
 def _matches(spec: Any, snap: Any) -> bool:
     kind, held = snap
-    if kind is _SAME:
-        return spec is held
-    if type(spec) is not kind:
+    if kind is None:
+        spec = (spec,)
+    elif type(spec) is not kind or len(spec) != len(held):
         return False
-    if kind is int:
-        return bool(spec == held)
-    if len(spec) != len(held):
-        return False
-    for x, h in zip(spec, held, strict=True):
-        if type(h) is np.ndarray or (type(h) is not list and type(h) is not tuple
-                                     and h is not None and type(h) is not int):
-            if x is not h:  # an array or a datatype
-                return False
-        elif type(x) is not type(h):
-            return False
-        else:
-            try:
-                if x != h:
+    try:
+        for x, (how, h) in zip(spec, held, strict=True):
+            if how == _WEAK:
+                if h() is not x:
                     return False
-            except (TypeError, ValueError):  # (an array inside counts: never kept)
+            elif how == _SAME:
+                if h is not x:
+                    return False
+            elif type(x) is not type(h) or x != h:
                 return False
+    except (TypeError, ValueError):  # (an array inside counts: never kept)
+        return False
     return True
+
+
+def _arrays(parts: tuple[Any, ...]) -> list[tuple[int, int, np.ndarray[Any, Any]]]:
+    """The numpy arrays in ``parts``: (part index, item index or -1, the array)."""
+    found = []
+    for i, spec in enumerate(parts):
+        if type(spec) is np.ndarray:
+            found.append((i, -1, spec))
+        elif type(spec) is list or type(spec) is tuple:
+            found.extend((i, j, x) for j, x in enumerate(spec) if type(x) is np.ndarray)
+    return found
 
 
 def call(native: ringworld.Communicator, where: str, parts: tuple[Any, ...],
@@ -105,42 +117,59 @@ def call(native: ringworld.Communicator, where: str, parts: tuple[Any, ...],
     if not again(native, where, parts, run):
         args = parse()
         run(*args)
-        keep(native, where, parts, 1, args)
+        keep(native, where, parts, args)
 
 
 def again(native: ringworld.Communicator, where: str, parts: tuple[Any, ...],
           run: Callable[..., None]) -> bool:
-    """Run ``where``'s kept native call again (``run(*its arguments)``) if ``parts`` (the
-    call's specs and root) match the kept ones; False, having done nothing, if not."""
+    """Run ``where``'s kept native call again, its buffers views of this call's arrays, if
+    ``parts`` (the call's specs, root or op) match the kept ones; False, having done nothing,
+    if not (or the array written into is no longer writable)."""
     memo = native._cache.adapter.get(where)
     if memo is None or hooks.observing:
         return False
-    snaps, written, args = memo
+    snaps, recipe = memo
     for spec, snap in zip(parts, snaps, strict=True):
         if not _matches(spec, snap):
             return False
-    for arr in written:
-        if not arr.flags.writeable:
-            return False
+    args = []
+    for view, value, i, j, held in recipe:
+        if view:
+            src = parts[i] if j < 0 else parts[i][j]
+            if i == 1 and not src.flags.writeable:
+                return False
+            args.append(held if held is not None else src.reshape(-1).view(value))
+        else:
+            args.append(value)
     run(*args)
     return True
 
 
-def keep(native: ringworld.Communicator, where: str, parts: tuple[Any, ...], written: int,
+def keep(native: ringworld.Communicator, where: str, parts: tuple[Any, ...],
          args: tuple[Any, ...]) -> None:
     """Keep ``where``'s call, just run as the native call on ``args``, for :func:`again`, if
-    its specs ``parts`` can be matched and its arrays are small and own their memory
-    (``parts[written]`` holds the arrays it writes into)."""
+    its specs ``parts`` can be matched and each argument that is an array is a whole view of
+    one of their arrays (else the kept call, if any, goes)."""
+    memo = native._cache.adapter
     snaps = tuple(_snapshot(p) for p in parts)
     if any(s is _NOTHING for s in snaps):
-        native._cache.adapter.pop(where, None)
+        memo.pop(where, None)
         return
-    arrays: list[list[np.ndarray[Any, Any]]] = [[], []]
-    for i, (kind, held) in enumerate(snaps):
-        for x in (held,) if kind is _SAME else held if kind is not int else ():
-            if type(x) is np.ndarray:
-                if x.base is not None or x.nbytes > HELD_BYTES or not x.flags.c_contiguous:
-                    native._cache.adapter.pop(where, None)
-                    return
-                arrays[i == written].append(x)
-    native._cache.adapter[where] = (snaps, tuple(arrays[1]), args)
+    sources = [(i, j, a) for i, j, a in _arrays(parts)]
+    recipe: list[Any] = []
+    for arg in args:
+        if type(arg) is np.ndarray:
+            at = arg.__array_interface__["data"][0]
+            whose = [(i, j, a) for i, j, a in sources
+                     if a.__array_interface__["data"][0] == at and a.nbytes == arg.nbytes]
+            if not whose or not arg.flags.c_contiguous:
+                memo.pop(where, None)
+                return
+            i, j, a = whose[0]
+            # a view of that array, as this dtype: kept where it may hold the array (small and
+            # owning its memory, as collective.cache's byte views), else made again each call
+            held = arg if a.base is None and a.nbytes <= HELD_BYTES else None
+            recipe.append((True, arg.dtype, i, j, held))
+        else:  # counts, displacements, a root, an op, None or IN_PLACE: as they were
+            recipe.append((False, arg, 0, 0, None))
+    memo[where] = (snaps, tuple(recipe))
