@@ -8,6 +8,7 @@ seen while the communicator stays usable."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -411,3 +412,51 @@ def _mpi_views(comm: ringworld.Communicator) -> list[str]:
 
 def test_mpi_vector_calls_on_views_repeat_and_hold_nothing() -> None:
     assert run_processes(3, _mpi_views, timeout=60) == [[]] * 3
+
+
+def _mpi_kept_and_native(comm: ringworld.Communicator) -> list[str]:
+    """ringworld.MPI's kept v-call runs the native kept call again without its checks only
+    while that is still the kept one: a native call of other counts in between, or the
+    array reshaped or made non-contiguous in place, sends the repeat through the checks (right
+    results, or the error the checks give)."""
+    c = MPI.COMM_WORLD
+    p, r = c.Get_size(), c.Get_rank()
+    errors: list[str] = []
+    big = BIG // 4  # a receive buffer larger than the kept calls hold: its view made again
+    counts, displs = [big] * p, [big * i for i in range(p)]
+    recv, send = np.zeros(big * p), np.zeros(big)  # (the same arrays each call: kept)
+    for k in range(5):
+        send[:] = _block(r, big, k)
+        c.Allgatherv(send, [recv, (counts, displs), MPI.DOUBLE])
+        if not np.array_equal(recv.reshape(-1),
+                              np.concatenate([_block(i, big, k) for i in range(p)])):
+            errors.append(f"round {k}: wrong data")
+        if k == 1:  # a native call of other counts on the same communicator
+            other = np.zeros(2 * p)
+            comm.allgatherv(_block(r, 2, 50), other, [2] * p)
+            if not np.array_equal(other, np.concatenate([_block(i, 2, 50) for i in range(p)])):
+                errors.append("the native call in between: wrong data")
+        if k == 2:  # the same array, another shape: the same memory and size
+            recv.shape = (p, big)
+        if k == 3:
+            recv.shape = (p * big,)
+    # the same array made non-contiguous in place (numpy 2.4 deprecates setting strides): a
+    # view of it made again would be a copy, so the repeat must go through the checks, which
+    # move the bytes into its memory as they lie
+    memory = recv.reshape(-1)  # (a view: the same memory)
+    recv.shape = (p, big)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        try:
+            recv.strides = (8, 8 * p)  # (a transposed view of the same memory)
+        except (AttributeError, ValueError):
+            return errors  # (a numpy that no longer sets them: nothing to test)
+    send[:] = _block(r, big, 9)
+    c.Allgatherv(send, [recv, (counts, displs), MPI.DOUBLE])
+    if not np.array_equal(memory, np.concatenate([_block(i, big, 9) for i in range(p)])):
+        errors.append("the buffer made non-contiguous: wrong data")
+    return errors
+
+
+def test_mpi_vector_repeat_leaves_the_native_checks_only_while_kept() -> None:
+    assert run_processes(3, _mpi_kept_and_native, timeout=60) == [[]] * 3

@@ -237,22 +237,37 @@ class Communicator(CommManagement):
                 return False
         except (TypeError, ValueError):  # counts of another type (a numpy array): not kept
             return False
+        dt = last[3]
+        if ((sendbuf is not None and sendbuf.dtype is not dt)
+                or (recvbuf is not None and (recvbuf.dtype is not dt
+                                             or not recvbuf.flags.writeable))):
+            return False
+        self._rerun_vector(coll, last, sendbuf, recvbuf, timeout)
+        return True
+
+    def _again_kept_vector(self, coll: str, last: tuple[Any, ...], sendbuf: Any, recvbuf: Any
+                           ) -> bool:
+        """The v-variant kept as ``last`` (``CallCache.vector``'s entry, as an adapter found it
+        after its own call) again, without the checks: the caller vouches that ``sendbuf`` and
+        ``recvbuf`` are arrays of the kept dtype and shapes (the recvbuf writable) and the
+        counts the same. False, having done nothing, if ``last`` is no longer the kept call
+        (a later call of another shape replaced it)."""
+        if self._cache.vector.get(coll) is not last:
+            return False
+        self._rerun_vector(coll, last, sendbuf, recvbuf, None)
+        return True
+
+    def _rerun_vector(self, coll: str, last: tuple[Any, ...], sendbuf: Any, recvbuf: Any,
+                      timeout: float | None) -> None:
         sb = last[7] if sendbuf is None else sendbuf
         rb = last[8] if recvbuf is None else recvbuf
-        dt = last[3]
-        if sb.dtype is not dt or rb.dtype is not dt:
-            return False
-        if recvbuf is not None:
-            if not recvbuf.flags.writeable:
-                return False
-            if recvbuf.ndim != 1:
-                rb = rb.reshape(-1)
-        if sendbuf is not None and sendbuf.ndim != 1:
+        if rb.ndim != 1:
+            rb = rb.reshape(-1)
+        if sb.ndim != 1:
             sb = sb.reshape(-1)
         self.last_algorithm = SHM
         self._vector_in_shared(coll, last[5], sb, rb, last[9], last[6], None,
                                self._shm(coll, timeout, sig=last[4]), timeout)
-        return True
 
     def _plan_call(self, call: Call, algorithm: str | None, blocking: bool,
                    commutative: bool) -> tuple[str, bool]:

@@ -4,8 +4,9 @@ and Reduce_scatter with its recvcounts).
 Their specs (``[buf, (counts, displs), datatype]``) take 5-10 us a call to parse, where the
 native call repeated on arrays of the same shapes takes 3-4. A loop repeating one call on the
 same arrays, with equal counts, reuses what the last call's parsing gave: its byte counts and
-displacements as they were, and its buffers as views of this call's arrays, which the native
-repeat path then takes (see ``Communicator._again_vector``). The kept call knows its arrays by
+displacements as they were, and its buffers as views of this call's arrays, and runs the native
+call that kept call ran again without the native repeat's checks of shapes and counts, which
+this match has made (``Communicator._again_kept_vector``). The kept call knows its arrays by
 weak reference, and each argument that was a view of one of them by where that array sits in
 the specs and the view's dtype: the view is made again each call (0.1-0.2 us), or where the
 array is small and owns its memory (``HELD_BYTES``, as ``collective.cache`` holds the
@@ -109,14 +110,16 @@ def again(native: ringworld.Communicator, where: str, parts: tuple[Any, ...],
     memo = native._cache.adapter.get(where)
     if memo is None or hooks.observing:
         return False
-    snaps, fixed, remade, written = memo
+    snaps, fixed, remade, written, coll, native_entry = memo
     try:
-        for spec, (kind, held) in zip(parts, snaps):
+        for spec, (kind, held) in zip(parts, snaps, strict=False):  # (lengths: fixed)
             if kind is None:
-                spec = (spec,)
+                items = (spec,)
             elif type(spec) is not kind or len(spec) != len(held):
                 return False
-            for x, (how, h) in zip(spec, held):
+            else:
+                items = spec
+            for x, (how, h) in zip(items, held, strict=False):  # (lengths: tested)
                 if how is _WEAK:
                     if h() is not x:
                         return False
@@ -130,13 +133,17 @@ def again(native: ringworld.Communicator, where: str, parts: tuple[Any, ...],
     for i, j in written:
         if not (parts[i] if j < 0 else parts[i][j]).flags.writeable:
             return False
-    if not remade:
-        run(*fixed)
-        return True
-    args = list(fixed)
-    for at, i, j, dt in remade:
-        args[at] = (parts[i] if j < 0 else parts[i][j]).reshape(-1).view(dt)
-    run(*args)
+    args: Any = fixed
+    if remade:
+        args = list(fixed)
+        for at, i, j, dt in remade:
+            src = parts[i] if j < 0 else parts[i][j]
+            if not src.flags.c_contiguous:  # (its strides set in place: reshape would copy)
+                return False
+            args[at] = src.reshape(-1).view(dt)
+    if native_entry is None or not native._again_kept_vector(coll, native_entry, args[0],
+                                                             args[1]):
+        run(*args)
     return True
 
 
@@ -174,4 +181,24 @@ def keep(native: ringworld.Communicator, where: str, parts: tuple[Any, ...],
                 remade.append((at, i, j, arg.dtype))
         else:  # counts, displacements, a root, an op, None or IN_PLACE: as they were
             fixed.append(arg)
-    memo[where] = (snaps, tuple(fixed), tuple(remade), tuple(written))
+    coll = where.lower()
+    memo[where] = (snaps, tuple(fixed), tuple(remade), tuple(written), coll,
+                   _native_entry(native, coll, args))
+
+
+def _native_entry(native: ringworld.Communicator, coll: str, args: tuple[Any, ...]) -> Any:
+    """The native repeat path's entry for the call just run on ``args`` (see
+    ``CallCache.keep_vector``), which a match of this layer's kept call may run again without
+    the native checks: its arrays are the same (or views of the same memory, of the same
+    size: numpy resizes no array a weak reference refers to), its counts equal. None if the
+    native call kept no entry, or not this call's."""
+    entry = native._cache.vector.get(coll)
+    bufs = [a for a in args[:2] if a is not None]
+    if entry is None or any(type(a) is not np.ndarray for a in bufs):
+        return None  # (IN_PLACE: never kept natively)
+    try:
+        same = ((entry[0], entry[1]) == tuple(None if a is None else a.shape for a in args[:2])
+                and all(a.dtype is entry[3] for a in bufs) and entry[2] == tuple(args[2:]))
+    except (TypeError, ValueError):
+        return None
+    return entry if same else None
