@@ -360,7 +360,10 @@ def wait_all(requests: Sequence[Request[Any]], timeout: float | None = None) -> 
         return []
     engine = requests[0]._engine
     pending = [r for r in requests if not r.done]
-    if pending:
+    if len(pending) == 1:  # (the common wait: an exchange's receive, its send gone eagerly)
+        last = pending[0]
+        engine.wait_for(lambda: last.done, timeout, last.describe, last.depends)
+    elif pending:
         engine.wait_for(lambda: all(r.done for r in pending), timeout,
                         lambda: "; ".join(r.describe() for r in pending if not r.done),
                         lambda dead: _first_dependency(pending, dead))
