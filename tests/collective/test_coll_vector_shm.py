@@ -196,10 +196,18 @@ def test_repeats_follow_data_and_counts() -> None:
     assert out == [[]] * 3
 
 
-def _mismatches(comm: ringworld.Communicator) -> list[str]:
+def _mismatches(comm: ringworld.Communicator, crowded: bool) -> list[str]:
     p, r = comm.size, comm.rank
     errors: list[str] = []
     one = np.ones(1)
+    comm.allreduce(one.copy(), np.zeros(1))  # maps the windows
+    # a gatherv's sender whose block is off raises too where the call has a sync (the slots)
+    # or the block is large (it waits for the root's counts to write it); a small one through
+    # the eager rings (ranks sharing cores) has gone on, as after a send
+    eager = comm._arena is not None and comm._arena.crowded and comm._arena.direct
+    if comm._arena is not None and comm._arena.crowded != crowded:
+        errors.append(f"the windows' crowded is {comm._arena.crowded}, not {crowded}")
+    wrong_raise = (0,) if eager else (0, 2)
     # allgatherv: rank 1 passes other counts: every rank raises, at the same sync
     counts = [1] * p if r != 1 else [1] * (p - 1) + [2]
     try:
@@ -208,14 +216,15 @@ def _mismatches(comm: ringworld.Communicator) -> list[str]:
     except MismatchError as exc:
         if "allgatherv" not in str(exc):
             errors.append(f"allgatherv's mismatch unclear: {exc}")
-    # gatherv: rank 2 sends 2 elements where the root (0) expects 1: those two raise
+    # gatherv: rank 2 sends 2 elements where the root (0) expects 1: those two raise (the
+    # root alone where the senders go on)
     send = np.ones(2 if r == 2 else 1)
     try:
         comm.gatherv(send, np.zeros(p) if r == 0 else None, [1] * p, root=0)
-        if r in (0, 2):
+        if r in wrong_raise:
             errors.append("gatherv with a block of another size passed")
     except MismatchError as exc:
-        if r not in (0, 2) or "expect" not in str(exc):
+        if r not in wrong_raise or "expect" not in str(exc):
             errors.append(f"gatherv: rank {r} raised {exc}")
     # alltoallv: rank 0 expects 2 elements from rank 1, which sends 1
     rc = [1] * p if r != 0 else [1, 2] + [1] * (p - 2)
@@ -263,8 +272,11 @@ def _mismatches(comm: ringworld.Communicator) -> list[str]:
     return errors
 
 
-def test_disagreements_raise_where_seen_and_leave_the_communicator_usable() -> None:
-    out = run_processes(3, _mismatches, timeout=60)
+@pytest.mark.parametrize("crowded", [False, True])
+def test_disagreements_raise_where_seen_and_leave_the_communicator_usable(
+        crowded: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runtime, "usable_cpus", lambda: 1 if crowded else 64)
+    out = run_processes(3, _mismatches, crowded, timeout=60)
     assert out == [[]] * 3
 
 
@@ -460,3 +472,48 @@ def _mpi_kept_and_native(comm: ringworld.Communicator) -> list[str]:
 
 def test_mpi_vector_repeat_leaves_the_native_checks_only_while_kept() -> None:
     assert run_processes(3, _mpi_kept_and_native, timeout=60) == [[]] * 3
+
+
+def _eager_gatherv(comm: ringworld.Communicator) -> list[str]:
+    """A gatherv of ranks that share cores (the senders' eager rings): repeated past the
+    ring's length with blocks small and too large for an entry; a root refusing its counts
+    while a sender of a large block waits for it to take the block (the sender returns, the
+    root raises); and the communicator usable after."""
+    p, r = comm.size, comm.rank
+    errors: list[str] = []
+    root = p - 1
+    for k in range(12):  # (the ring has 8 entries)
+        counts = [(i + k) % 3 for i in range(p)]
+        if k % 4 == 1:
+            counts[k % p] = BIG  # (larger than an entry: read from the sender's memory)
+        displs, length = _layout(counts)
+        send = _block(r, counts[r], k)
+        recv = np.full(length, -1.0) if r == root else None
+        comm.gatherv(send, recv, counts, displs, root=root)
+        send[:] = -7  # (a sender's block is the root's once the call returns)
+        if recv is not None:
+            want = np.full(length, -1.0)
+            for i in range(p):
+                want[displs[i] : displs[i] + counts[i]] = _block(i, counts[i], k)
+            if not np.array_equal(recv, want):
+                errors.append(f"round {k}: wrong data")
+        if comm.last_algorithm != "shm":
+            errors.append(f"round {k} ran {comm.last_algorithm}")
+    send = _block(r, BIG if r == 0 else 1, 20)
+    try:
+        comm.gatherv(send, np.zeros(BIG + p) if r == root else None, [-1] * p, root=root)
+        if r == root:
+            errors.append("the root's negative counts passed")
+    except ValueError as exc:
+        if r != root and "refused" not in str(exc):
+            errors.append(f"rank {r} after the root's refusal: {exc}")
+    out = np.zeros(p) if r == root else None
+    comm.gatherv(np.ones(1) * r, out, [1] * p, root=root)
+    if out is not None and not np.array_equal(out, np.arange(p)):
+        errors.append(f"after the refusal: {out}")
+    return errors
+
+
+def test_gatherv_through_the_eager_rings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runtime, "usable_cpus", lambda: 1)
+    assert run_processes(4, _eager_gatherv, timeout=60) == [[]] * 4

@@ -63,41 +63,11 @@ class Arena:
     # slots: over 30 attributes would take an instance dict out of CPython's shared-key form,
     # and every attribute read of the sync path slower with it (an 8 B allreduce ~0.2 us)
     __slots__ = (
-        "__weakref__",
-        "_areas",
-        "_bhash",
-        "_bseq",
-        "_call",
-        "_crc",
-        "_ctr",
-        "_epoch",
-        "_inline_spin",
-        "_mine",
-        "_others",
-        "_race_log",
-        "_race_mask",
-        "_races",
-        "_racing",
-        "_ring",
-        "_ring_cache",
-        "_ring_done",
-        "_seq",
-        "_sig",
-        "_slot_cache",
-        "_slots",
-        "_wake",
-        "_what",
-        "broken",
-        "chan",
-        "chunk",
-        "crowded",
-        "direct",
-        "direct_min",
-        "pieces",
-        "policy",
-        "small",
-        "small_reduce",
-        "timeout",
+        "__weakref__", "_areas", "_bhash", "_bseq", "_call", "_crc", "_ctr", "_epoch",
+        "_inline_spin", "_mine", "_others", "_race_log", "_race_mask", "_races", "_racing",
+        "_ring", "_ring_cache", "_ring_done", "_seq", "_sig", "_slot_cache", "_slots", "_wake",
+        "_what", "broken", "chan", "chunk", "crowded", "direct", "direct_min", "pieces", "policy",
+        "small", "small_reduce", "timeout",
     )
 
     def __init__(self, comm: Channel, barrier: Callable[[], None], policy: Policy,
@@ -501,22 +471,34 @@ class Arena:
                 fill(root, self._entry(root, s % EAGER_RING, buf))
         self._eager_end(s, root, stamp)
 
-    def eager_gather(self, buf: Array, root: int, out: Array, fill: Fill | None = None) -> None:
+    def eager_gather(self, buf: Array, root: int, out: Array, fill: Fill | None = None,
+                     lead: Fill | None = None, follow: Fill | None = None) -> None:
         """Gather every rank's ``buf`` (at most EAGER_MAX bytes) into ``out`` of ``root``,
         block i from rank i, without a sync: each other rank puts its ``buf`` into its own
         ring as a broadcast's root does (same numbering, rules and errors as
         :meth:`eager_bcast`) and returns; the root copies the blocks out as they are stamped
         (a root refusing the call: :meth:`refuse_gather`). With ``fill``: as eager_bcast's,
-        ``fill(i, entry)`` for rank i's entry. Raises: as :meth:`eager_bcast`."""
+        ``fill(i, entry)`` for rank i's entry. With ``lead``, the root first fills its own
+        entry of the call (``lead(root, entry)``); with ``follow``, a sender then waits for the
+        root to begin the call and calls ``follow(root, that entry)`` (not if the root ended
+        the call refusing it). Raises: as :meth:`eager_bcast`."""
         s, word, stamp = self._eager_begin()
         me = self.chan.rank
         if me != root:
             self._eager_put(buf, s, word, stamp, False, fill)
+            if follow is not None:
+                src, begun = self._ctr[root], stamp ^ 0xFFFFFFFF  # (the root's mark: below)
+                self.await_peer(root, lambda: src[word] == begun or src[EAGER_DONE] >= s,
+                                f"the root (rank {root}) to begin gather {s}")
+                if src[word] == begun:
+                    follow(root, self._entry(root, s % EAGER_RING, buf))
         else:
             # stamped as no sender can (a second root fails at once, not waiting), once no
             # reader can still look for call s - EAGER_RING's stamp there
             if s - EAGER_RING > self._ring_done:
                 self._ring_space(s - EAGER_RING)
+            if lead is not None:
+                lead(me, self._entry(me, s % EAGER_RING, buf))
             self._mine[word] = stamp ^ 0xFFFFFFFF
             n = buf.size
             for i in range(self.chan.size):
@@ -642,6 +624,12 @@ class Arena:
             view = self._ring_cache[key] = self._ring[rank][lo : lo + like.nbytes].view(
                 like.dtype)
         return view
+
+    def await_peer(self, rank: int, cond: Callable[[], bool], what: str) -> None:
+        """Wait until ``cond()``, a flag ``rank`` sets in shared memory (``what``: for
+        messages). Raises: as :meth:`sync` (the rank failed, left the call, or is late)."""
+        if not cond():
+            self._eager_wait(cond, lambda: [rank], what)
 
     def _eager_wait(self, cond: Callable[[], bool], missing: Callable[[], list[int]],
                     what: str) -> None:

@@ -319,7 +319,7 @@ class CollectiveCore(ObjectCollectives):
             return
         a = self._shm(collective, None)
         a.unsign()
-        if collective == "gather":  # the others may have taken its eager path, no sync
+        if collective in ("gather", "gatherv"):  # the others may have taken an eager path
             a.refuse_gather(self._refusal(a.what, exc), type(exc))
         else:
             a.refuse(self._refusal(a.what, exc), type(exc))
