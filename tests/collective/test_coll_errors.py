@@ -15,7 +15,7 @@ import pytest
 from coll_support import AFFINE, AFFINE_OP, WAIT, values
 
 import ringworld
-from ringworld import IN_PLACE, Communicator
+from ringworld import IN_PLACE, Communicator, runtime
 from ringworld.algorithms.registry import REGISTRY
 from ringworld.testing import RankFailed, run_processes
 
@@ -100,6 +100,10 @@ def _bad_calls(comm: Communicator) -> list[tuple[str, Callable[[], Any], type, t
          ("sendbuf", "recvbuf")),
         ("gatherv: counts missing at the root", lambda: comm.gatherv(
             x, e(p * p * 2, np.int64), None, root=comm.rank), TypeError, ("counts",)),
+        # (every rank its root, so every rank refuses: where ranks share cores, all of them
+        # in the eager rings' refusal, which must see the others refusing too)
+        ("gather: recvbuf too short at the root", lambda: comm.gather(
+            x, e(p * 2 * p - 1, np.int64), root=comm.rank), ValueError, ("recvbuf",)),
         ("split: negative color", lambda: comm.split(-5), ValueError, ("color",)),
         ("split: key not an int", lambda: comm.split(0, key=1.5), TypeError, ("key",)),
         ("create: duplicate ranks", lambda: comm.create([0, 0]), ValueError, ("ranks",)),
@@ -148,8 +152,12 @@ def _bad_arguments(comm: Communicator) -> list[str]:
     return fails
 
 
-@pytest.mark.parametrize(("transport", "size"), [("shm", 1), ("shm", 3), ("tcp", 2)])
-def test_bad_arguments_name_the_argument(transport: str, size: int) -> None:
+@pytest.mark.parametrize(("transport", "size", "crowded"), [
+    ("shm", 1, False), ("shm", 3, False), ("shm", 3, True), ("tcp", 2, False)])
+def test_bad_arguments_name_the_argument(transport: str, size: int, crowded: bool,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # (ranks sharing cores take the eager rings for gathers: both, on any machine)
+    monkeypatch.setattr(runtime, "usable_cpus", lambda: 1 if crowded else 64)
     out = run_processes(size, _bad_arguments, transport=transport, timeout=60)
     failures = sorted({f for fails in out for f in fails})
     assert not failures, "\n".join(failures)

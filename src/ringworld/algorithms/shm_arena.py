@@ -42,6 +42,7 @@ RACE_WORD = 16  # header words 16..21: rank 0's picks, by collective and call pa
 # the root's window, without a sync: the root returns once its data is there (Arena.eager_bcast)
 EAGER_RING = 8
 EAGER_DONE = 23  # header word: the eager broadcasts this rank has finished
+REFUSING = 22  # header word: (sync count << 32) | the eager gather this rank refuses as root
 PROGRESS = 14  # header words 14, 15: a call's progress between two syncs (see Arena.tell)
 EAGER_STAMP = 32  # header words 32 ..: per ring entry, (broadcast number << 32) | its signature
 SEQ_WORD = 2  # header words 2, 3: by sync parity, the number of the call that made the sync
@@ -512,16 +513,17 @@ class Arena:
 
     def refuse_gather(self, text: str, kind: type[Exception] = ValueError) -> None:
         """:meth:`refuse` for a gather, whose others have stamped their blocks (its eager path:
-        their part is done, as a send's; the stamps are taken, unused) or wait at a sync
-        (refused). Raises: as :meth:`sync`."""
+        their part is done, as a send's; the stamps are taken, unused) or wait at a sync, or
+        refuse it too, each as its root (refused, at a sync). Raises: as :meth:`sync`."""
         s = self._bseq + 1
         word, want, epoch = EAGER_STAMP + s % EAGER_RING, s & SEQ_MASK, self._epoch
         me = self.chan.rank
         others = [i for i in range(self.chan.size) if i != me]
+        refusing = self._mine[REFUSING] = epoch << 32 | want  # (stale after a sync or call)
 
         def unsettled() -> list[int]:
-            return [i for i in others
-                    if self._ctr[i][word] >> 32 != want and self._ctr[i][0] <= epoch]
+            return [i for i in others if self._ctr[i][word] >> 32 != want
+                    and self._ctr[i][0] <= epoch and self._ctr[i][REFUSING] != refusing]
 
         if unsettled():
             self._eager_wait(lambda: not unsettled(), unsettled, "their part of the call")
