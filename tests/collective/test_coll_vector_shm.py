@@ -475,8 +475,9 @@ def test_mpi_vector_repeat_leaves_the_native_checks_only_while_kept() -> None:
 
 
 def _eager_gatherv(comm: ringworld.Communicator) -> list[str]:
-    """A gatherv of ranks that share cores (the senders' eager rings): repeated past the
-    ring's length with blocks small and too large for an entry; a root refusing its counts
+    """A gatherv of ranks that share cores (the senders' eager rings), and a scatterv (the
+    root's): repeated past the ring's length with blocks small, medium and too large for an
+    entry; a gatherv's root refusing its counts
     while a sender of a large block waits for it to take the block (the sender returns, the
     root raises); and the communicator usable after."""
     p, r = comm.size, comm.rank
@@ -499,6 +500,18 @@ def _eager_gatherv(comm: ringworld.Communicator) -> list[str]:
                 errors.append(f"round {k}: wrong data")
         if comm.last_algorithm != "shm":
             errors.append(f"round {k} ran {comm.last_algorithm}")
+        # the scatterv of the same blocks from the root's ring: its blocks copied at once where
+        # their span is small, else one by one (medium: 3000 elements a block)
+        if k % 4 != 1:
+            counts = [3000 * (k % 2) + (i + k) % 3 for i in range(p)]
+            displs, length = _layout(counts)
+        whole = np.zeros(length)
+        for i in range(p):
+            whole[displs[i] : displs[i] + counts[i]] = _block(i, counts[i], k)
+        out = np.full(counts[r], -1.0)
+        comm.scatterv(whole if r == root else None, out, counts, displs, root=root)
+        if not np.array_equal(out, _block(r, counts[r], k)):
+            errors.append(f"scatterv round {k}: wrong data")
     send = _block(r, BIG if r == 0 else 1, 20)
     try:
         comm.gatherv(send, np.zeros(BIG + p) if r == root else None, [-1] * p, root=root)
