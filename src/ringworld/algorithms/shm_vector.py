@@ -56,6 +56,7 @@ _SPAN_MAX = 16 << 10  # bytes: a scatterv root copies its blocks at once up to t
 # and how many elements fit there (a WeakKeyDictionary's lookup is a Python call: 0.3 us)
 # (and per eager ring entry and dtype, by the entry's id: the entry, its header and the rest)
 _Views = tuple[list[memoryview], list[Array], int]
+_KEPT = 1024  # views kept per arena at most (a root of p ranks reads 8 (p - 1) ring entries)
 _VIEWS: dict[int, tuple[weakref.ref[Arena], dict[Any, Any]]] = {}
 
 
@@ -77,7 +78,7 @@ def _entry_views(per: dict[Any, Any], entry: Array, dt: np.dtype[Any], head: int
     :func:`_per_arena`: making them took 0.5 us a block)."""
     found = per.get((id(entry), dt))
     if found is None or found[0] is not entry:  # (holding the entry: its id stays its own)
-        if len(per) > 64:
+        if len(per) > _KEPT:
             per.clear()
         room = (entry.nbytes - head) // max(1, dt.itemsize)
         found = per[(id(entry), dt)] = (entry, entry[:head].data.cast("q"),
@@ -113,7 +114,7 @@ def _views(a: Arena, dt: np.dtype[Any]) -> _Views:
     key = (a.next_parity(), dt)
     found = per.get(key)
     if found is None:
-        if len(per) > 64:
+        if len(per) > _KEPT:
             per.clear()
         head = _head_bytes(a.chan.size)
         cap = max(0, (int(a.small) - head) // max(1, dt.itemsize))

@@ -141,9 +141,11 @@ def again(native: ringworld.Communicator, where: str, parts: tuple[Any, ...],
             if not src.flags.c_contiguous:  # (its strides set in place: reshape would copy)
                 return False
             args[at] = src.reshape(-1).view(dt)
-    if native_entry is None or not native._again_kept_vector(coll, native_entry, args[0],
-                                                             args[1]):
-        run(*args)
+    if native_entry is None:
+        run(*args)  # (not kept natively: another transport, or in place)
+    elif not native._again_kept_vector(coll, native_entry, args[0], args[1]):
+        run(*args)  # (through the native repeat's checks, which keep it again: so here too)
+        native._cache.adapter[where] = (*memo[:5], _native_entry(native, coll, tuple(args)))
     return True
 
 
