@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import sys
@@ -20,10 +21,19 @@ import torch.multiprocessing as mp
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    """A port free now and below the kernel's ephemeral range: the jobs' own listeners bind
+    port 0, and one drew a port picked from that range before torch's store bound it
+    (EADDRINUSE, once in CI)."""
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(20000, 32000)  # (Linux's ephemeral ports start at 32768)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port found below 32000")
 
 
 def _init(method: str, rank: int, size: int) -> None:
