@@ -140,7 +140,7 @@ def again(native: ringworld.Communicator, where: str, parts: tuple[Any, ...],
             src = parts[i] if j < 0 else parts[i][j]
             if not src.flags.c_contiguous:  # (its strides set in place: reshape would copy)
                 return False
-            args[at] = src.reshape(-1).view(dt)
+            args[at] = (src if src.ndim == 1 else src.reshape(-1)).view(dt)
     if native_entry is None:
         run(*args)  # (not kept natively: another transport, or in place)
     elif not native._again_kept_vector(coll, native_entry, args[0], args[1]):
