@@ -269,7 +269,7 @@ def _gatherv_eager(a: Arena, spec: Spec, send: Array, recv: Array) -> bool:
             mine.append(h)
 
         def follow(_: int, entry: Array) -> None:  # (raises nothing: the gather must end)
-            lead = entry[:head].data.cast("q")
+            lead, _data, _words = _entry_views(per, entry, dt, head)
             if lead[0] and lead[1 + r] == n:  # (0: the root expects no large block)
                 a.write(root, 0, lead[1 + p + r] * isz, send)
             else:
@@ -284,12 +284,11 @@ def _gatherv_eager(a: Arena, spec: Spec, send: Array, recv: Array) -> bool:
         return True
     c, d = spec.counts, spec.displs
     assert c is not None and d is not None
+    large = max(c) * isz > EAGER_MAX - head
     bad: list[tuple[int, int]] = []
 
-    large = max(c) * isz > EAGER_MAX - head
-
     def lead(_: int, entry: Array) -> None:  # (what a sender of a large block needs)
-        h = entry[:head].data.cast("q")
+        h, _data, _words = _entry_views(per, entry, dt, head)
         h[0] = large
         if large:
             for i in range(p):
