@@ -501,8 +501,16 @@ def _eager_gatherv(comm: ringworld.Communicator) -> list[str]:
         if comm.last_algorithm != "shm":
             errors.append(f"round {k} ran {comm.last_algorithm}")
         # the scatterv of the same blocks from the root's ring: its blocks copied at once where
-        # their span is small, else one by one (medium: 3000 elements a block)
-        if k % 4 != 1:
+        # their span holds little else (medium: 3000 elements a block), else one by one (the
+        # root's own large block lies between the others')
+        if k % 4 == 3:
+            counts = [3000 + i for i in range(p)]
+            counts[root] = 20_000
+            displs, at = [0] * p, 0
+            for i in (0, root, *range(1, root)):
+                displs[i], at = at, at + counts[i] + 2
+            length = at
+        elif k % 4 != 1:
             counts = [3000 * (k % 2) + (i + k) % 3 for i in range(p)]
             displs, length = _layout(counts)
         whole = np.zeros(length)
