@@ -201,6 +201,13 @@ class Communicator(CommManagement):
             if finish is not None:
                 finish()
             return self._done
+        return self._vector_on_messages(coll, spec, sb, rb, op, nbytes, finish, timeout)
+
+    def _vector_on_messages(self, coll: str, spec: Spec, sb: Array, rb: Array, op: Op | None,
+                            nbytes: int, finish: Callable[[], None] | None,
+                            timeout: float | None) -> Request[None]:
+        """The rest of a v-variant begun in the shared windows, whose blocks did not fit them:
+        on the message path."""
         algo = self.selector.choose(coll, self.size, nbytes, self.transport,
                                     commutative=op is None or op.commutative,
                                     equal_blocks=False, layout=self._layout)
@@ -221,27 +228,34 @@ class Communicator(CommManagement):
                       timeout: float | None) -> bool:
         """A v-variant repeated on arrays of the same dtype and shapes with equal counts (see
         :meth:`CallCache.keep_vector`): straight into the shared windows, without the checks;
-        False, having done nothing, if it is no such repeat."""
+        False, having done nothing, if it is no such repeat. (Written out, not looped over the
+        two buffers, and the run inlined in :meth:`_rerun_vector`: a repeat's cost is Python's;
+        same job, old and new code swapped each round, 4-byte blocks, np=4 on 2 cores:
+        scatterv 18.5 -> 15.5 us, allgatherv 25.9 -> 23.1, alltoallv 34.1 -> 32.0; np=2 3-5%.)"""
         last = self._cache.vector.get(coll)
         if last is None:
             return False
-        nd = self._cache.ndarray
-        for buf, shape in ((sendbuf, last[0]), (recvbuf, last[1])):
-            if buf is None:
-                if shape is not None:
-                    return False
-            elif type(buf) is not nd or buf.shape != shape or not buf.flags.c_contiguous:
-                return False
         try:
             if last[2] != key:
                 return False
         except (TypeError, ValueError):  # counts of another type (a numpy array): not kept
             return False
-        dt = last[3]
-        if ((sendbuf is not None and sendbuf.dtype is not dt)
-                or (recvbuf is not None and (recvbuf.dtype is not dt
-                                             or not recvbuf.flags.writeable))):
+        dt, nd = last[3], self._cache.ndarray
+        if sendbuf is None:
+            if last[0] is not None:
+                return False
+        elif (type(sendbuf) is not nd or sendbuf.dtype is not dt or sendbuf.shape != last[0]
+              or not sendbuf.flags.c_contiguous):
             return False
+        if recvbuf is None:
+            if last[1] is not None:
+                return False
+        elif type(recvbuf) is not nd or recvbuf.dtype is not dt or recvbuf.shape != last[1]:
+            return False
+        else:
+            flags = recvbuf.flags
+            if not (flags.c_contiguous and flags.writeable):
+                return False
         self._rerun_vector(coll, last, sendbuf, recvbuf, timeout)
         return True
 
@@ -265,9 +279,15 @@ class Communicator(CommManagement):
             rb = rb.reshape(-1)
         if sb.ndim != 1:
             sb = sb.reshape(-1)
+        a = self._shm(coll, timeout, sig=last[4])
         self.last_algorithm = SHM
-        self._vector_in_shared(coll, last[5], sb, rb, last[9], last[6], None,
-                               self._shm(coll, timeout, sig=last[4]), timeout)
+        try:  # (_vector_in_shared's, written out: one Python call fewer a repeat)
+            done = shm_vector.RUN[coll](a, last[5], sb, rb, last[9])
+        except BaseException as exc:
+            a.abandon(exc)
+            raise
+        if not done:
+            self._vector_on_messages(coll, last[5], sb, rb, last[9], last[6], None, timeout)
 
     def _plan_call(self, call: Call, algorithm: str | None, blocking: bool,
                    commutative: bool) -> tuple[str, bool]:
