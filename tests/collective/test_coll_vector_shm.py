@@ -196,6 +196,45 @@ def test_repeats_follow_data_and_counts() -> None:
     assert out == [[]] * 3
 
 
+def _repeat_misfits(comm: ringworld.Communicator) -> list[str]:
+    """A repeat's arrays that differ from the kept call's (a read-only, strided or other-typed
+    recvbuf, a longer or 2-D sendbuf) take the checks: an error where the first call would
+    raise one, else the right result; the communicator usable after. Rank 0's block is read
+    straight from its memory (larger than a slot)."""
+    p, r = comm.size, comm.rank
+    errors: list[str] = []
+    counts = [i + 1 for i in range(p)]
+    counts[0] = BIG
+    n = sum(counts)
+    want = np.concatenate([_block(i, counts[i], 0) + 0.1 for i in range(p)])
+    send = _block(r, counts[r], 0) + 0.1  # (not a float32's value)
+    recv = np.zeros(n)
+    for _ in range(3):
+        comm.allgatherv(send, recv, counts)
+    stiff = np.zeros(n)
+    stiff.flags.writeable = False
+    cases = [("read-only recvbuf", send, stiff), ("float32 recvbuf", send, np.zeros(n, np.float32)),
+             ("strided recvbuf", send, np.zeros(2 * n)[::2]),
+             ("longer sendbuf", np.append(send, 0.5), np.zeros(n)),
+             ("2-D sendbuf", send.reshape(1, -1), np.zeros(n))]
+    for name, sbuf, rbuf in cases:
+        try:
+            comm.allgatherv(sbuf, rbuf, counts)
+        except (TypeError, ValueError):
+            continue
+        if not np.array_equal(rbuf, want):
+            errors.append(f"a {name} passed with wrong data")
+    recv[:] = 0
+    comm.allgatherv(send, recv, counts)
+    if not np.array_equal(recv, want):
+        errors.append(f"after: {recv}")
+    return errors
+
+
+def test_repeats_check_arrays_unlike_the_kept_calls() -> None:
+    assert run_processes(3, _repeat_misfits, timeout=60) == [[]] * 3
+
+
 def _mismatches(comm: ringworld.Communicator, crowded: bool) -> list[str]:
     p, r = comm.size, comm.rank
     errors: list[str] = []
