@@ -1,7 +1,7 @@
 """Shared-memory broadcasts of up to EAGER_MAX bytes through the root's eager ring
 (``Arena.eager_bcast``): the root returns once its data is in the ring, up to EAGER_RING
-broadcasts ahead of the slowest rank; every rank still gets every broadcast, in order, and
-disagreements still fail.
+small (EAGER_BIG large) broadcasts ahead of the slowest rank; every rank still gets every
+broadcast, in order, and disagreements still fail.
 
 Ranks are forked (``run_processes``); each checks every element of every broadcast itself and
 returns what it found wrong."""
@@ -66,26 +66,29 @@ def test_every_rank_gets_every_broadcast_while_roots_run_ahead(size: int) -> Non
     assert results == [[]] * size
 
 
-def _ahead_job(comm: ringworld.Communicator, late: float) -> tuple[float, float]:
-    """Rank 1 starts ``late`` seconds after rank 0; rank 0 times its first EAGER_RING
-    broadcasts (which need no reader) and the next one (which needs the first read)."""
-    buf = np.arange(16.0)
+def _ahead_job(comm: ringworld.Communicator, late: float, n: int) -> tuple[float, float]:
+    """Rank 1 starts ``late`` seconds after rank 0; rank 0 times the broadcasts of ``n``
+    doubles the ring holds (EAGER_RING small ones, EAGER_BIG large ones: no reader needed)
+    and the next one (which needs the first read)."""
+    buf = np.arange(float(n))
+    depth = shm.EAGER_RING if buf.nbytes <= shm.EAGER_SMALL else shm.EAGER_BIG
     comm.bcast(buf.copy(), root=0)  # maps the windows; both ranks are here
     if comm.rank == 1:
         time.sleep(late)
     t0 = time.perf_counter()
-    for _ in range(shm.EAGER_RING):
-        comm.bcast(buf if comm.rank == 0 else np.zeros(16), root=0)
+    for _ in range(depth):
+        comm.bcast(buf if comm.rank == 0 else np.zeros(n), root=0)
     t1 = time.perf_counter()
-    comm.bcast(buf if comm.rank == 0 else np.zeros(16), root=0)
+    comm.bcast(buf if comm.rank == 0 else np.zeros(n), root=0)
     t2 = time.perf_counter()
     return t1 - t0, t2 - t0
 
 
-def test_the_root_returns_without_waiting_until_the_ring_is_full() -> None:
+@pytest.mark.parametrize("n", [16, shm.EAGER_MAX // 8])
+def test_the_root_returns_without_waiting_until_the_ring_is_full(n: int) -> None:
     late = 2.0
-    (filled, next_one), _ = run_processes(2, _ahead_job, late, timeout=60)
-    assert filled < late / 2  # EAGER_RING broadcasts, none of them read yet
+    (filled, next_one), _ = run_processes(2, _ahead_job, late, n, timeout=60)
+    assert filled < late / 2  # a ring's worth of broadcasts, none of them read yet
     assert next_one > late / 2  # the next one waited for the reader to free an entry
 
 

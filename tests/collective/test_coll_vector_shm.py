@@ -16,6 +16,7 @@ import pytest
 
 import ringworld
 from ringworld import MPI, runtime
+from ringworld.algorithms import shm_arena
 from ringworld.errors import MismatchError
 from ringworld.testing import run_processes
 
@@ -283,6 +284,16 @@ def _mismatches(comm: ringworld.Communicator, crowded: bool) -> list[str]:
         except MismatchError as exc:
             if r not in (0, 2) or "expect" not in str(exc):
                 errors.append(f"large gatherv: rank {r} raised {exc}")
+        # a large block where the root expects small ones (its counts call for no large
+        # block: the sender learns so from the root and writes nothing)
+        send = np.ones(BIG if r == 2 else 1)
+        try:
+            comm.gatherv(send, np.zeros(p) if r == 0 else None, [1] * p, root=0)
+            if r in (0, 2):
+                errors.append("a large block where the root expects 1 element passed")
+        except MismatchError as exc:
+            if r not in (0, 2) or "expect" not in str(exc):
+                errors.append(f"large block, small counts: rank {r} raised {exc}")
         rc = [BIG] * p if r != 0 else [BIG, BIG + 1] + [BIG] * (p - 2)
         try:
             comm.alltoallv(np.ones(p * BIG), np.zeros(sum(rc)), [BIG] * p, rc)
@@ -522,7 +533,7 @@ def _eager_gatherv(comm: ringworld.Communicator) -> list[str]:
     p, r = comm.size, comm.rank
     errors: list[str] = []
     root = p - 1
-    for k in range(12):  # (the ring has 8 entries)
+    for k in range(2 * shm_arena.EAGER_RING + 3):  # (past the ring's length, twice)
         counts = [(i + k) % 3 for i in range(p)]
         if k % 4 == 1:
             counts[k % p] = BIG  # (larger than an entry: read from the sender's memory)

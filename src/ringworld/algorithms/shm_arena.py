@@ -15,14 +15,13 @@ import weakref
 import zlib
 from collections.abc import Callable, Collection
 from functools import partial
-from time import perf_counter as _clock
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ringworld.algorithms.shm_failure import peer_left
-from ringworld.algorithms.shm_policy import CHUNK, DIRECT, EAGER_MAX, RACED, SLOT, Policy
-from ringworld.algorithms.shm_race import _Race
+from ringworld.algorithms.shm_policy import CHUNK, DIRECT, EAGER_MAX, SLOT, Policy
+from ringworld.algorithms.shm_race import RaceCalls, _Race
 from ringworld.errors import CommBroken, CommError, MismatchError, PeerFailure, TransportError
 
 if TYPE_CHECKING:
@@ -30,27 +29,31 @@ if TYPE_CHECKING:
 
 Array = np.ndarray[Any, Any]
 Fill = Callable[[int, Array], None]  # moves an eager call's data itself (see eager_bcast)
+Follow = Callable[[int, Array | None], None]  # a gather's sender after its root began it
 
 HEADER = 4096
 PAGE = 4096
-MAX_RANKS = HEADER // 8 - 64  # one header word per peer (consumed counters from word 64)
+MAX_RANKS = HEADER // 8 - 88  # one header word per peer (consumed counters from word 88)
 # Which path a call takes (windows or direct copies, raced or not) is the Policy the arena
 # is handed (ringworld.tuning.shm_paths.DEFAULT: the measured sizes, and why)
 RACE_ALLTOALL, RACE_ALLGATHER, RACE_REDUCE_SCATTER = 0, 1, 2  # indices: RACED order
-RACE_WORD = 16  # header words 16..21: rank 0's picks, by collective and call parity
-# broadcasts of up to EAGER_MAX bytes go through a ring of this many entries (EAGER_MAX each) in
-# the root's window, without a sync: the root returns once its data is there (Arena.eager_bcast)
-EAGER_RING = 8
+# broadcasts of up to EAGER_MAX bytes go through a ring in the root's window, without a sync:
+# the root returns once its data is there (Arena.eager_bcast). Call s takes stamp s % EAGER_RING
+# and, up to EAGER_SMALL bytes, entry s % EAGER_RING of the small entries, else entry s %
+# EAGER_BIG of the large ones (EAGER_MAX each): a root runs up to EAGER_RING small calls ahead
+# (np=4 on 2 cores, 4-byte blocks, jobs alternating with 8 entries of EAGER_MAX: scatter 9.0 ->
+# 7.0 us, gather 13.5 -> 10.6, bcast 8.5 -> 6.4, gatherv 23.5 -> 17.7; 16 KiB calls parity)
+EAGER_RING, EAGER_BIG, EAGER_SMALL = 32, 8, 16 << 10
 EAGER_DONE = 23  # header word: the eager broadcasts this rank has finished
 REFUSING = 22  # header word: (sync count << 32) | the eager gather this rank refuses as root
 PROGRESS = 14  # header words 14, 15: a call's progress between two syncs (see Arena.tell)
-EAGER_STAMP = 32  # header words 32 ..: per ring entry, (broadcast number << 32) | its signature
+EAGER_STAMP = 32  # header words 32 ..: per ring stamp, (call number << 32) | signature | large
 SEQ_WORD = 2  # header words 2, 3: by sync parity, the number of the call that made the sync
 # A rank that leaves a call with an error says so in its header, for good (see Arena.abandon):
 FAILED = 4  # header word: 1 + the number of the call it left (0: none)
 # header word: how (1: a mismatch, 2: another error, 3: a peer failed) | (1 + first rank) << 8
 FAILED_FROM = 5
-FAILED_TEXT = 40  # header words 40 ..: the first failure's text (utf-8, FAILED_TEXT_BYTES)
+FAILED_TEXT = 64  # header words 64 ..: the first failure's text (utf-8, FAILED_TEXT_BYTES)
 REFUSED = 1 << 62  # in a sync's call-number word: this rank, the root, refuses the call
 REFUSED_KIND = 7  # header word: 1 ValueError, 2 TypeError (the refusal's text at FAILED_TEXT)
 FAILED_TEXT_BYTES = 192
@@ -58,15 +61,15 @@ SEQ_MASK = 0x7FFFFFFF
 INLINE_SPIN = 256  # a few microseconds of counter checks (see Arena.sync)
 
 
-class Arena:
+class Arena(RaceCalls):
     """The shared windows of one communicator and the flag barrier over them."""
 
     # slots: over 30 attributes would take an instance dict out of CPython's shared-key form,
     # and every attribute read of the sync path slower with it (an 8 B allreduce ~0.2 us)
     __slots__ = (
         "__weakref__", "_areas", "_bhash", "_bseq", "_call", "_crc", "_ctr", "_epoch",
-        "_inline_spin", "_mine", "_others", "_race_log", "_race_mask", "_races", "_racing",
-        "_ring", "_ring_cache", "_ring_done", "_seq", "_sig", "_slot_cache", "_slots", "_wake",
+        "_inline_spin", "_mine", "_others", "_ring", "_ring_cache", "_ring_done", "_seq", "_sig",
+        "_slot_cache", "_slots", "_wake",
         "_what", "broken", "chan", "chunk", "crowded", "direct", "direct_min", "pieces", "policy",
         "small", "small_reduce", "timeout",
     )
@@ -83,12 +86,13 @@ class Arena:
         self.small_reduce = policy.small("allreduce", comm.size)
         base = HEADER + 2 * SLOT
         span = chunk + PAGE  # an area: a chunk, placed at any offset within a page
-        views = comm.map_shared(base + 2 * span + EAGER_RING * EAGER_MAX, "arena", barrier)
+        ring = EAGER_RING * EAGER_SMALL + EAGER_BIG * EAGER_MAX
+        views = comm.map_shared(base + 2 * span + ring, "arena", barrier)
         # word 0: the sync counter; words 8..11: two call signatures (bytes, kind) by parity;
         # words 12, 13: where in area 0 / 1 the data starts (see place()); words 24, 25: the
         # buffers peers may read directly (see publish()); word 26: the direct-read verdict;
-        # words 16..21: the race's picks (RACE_WORD); word 23 and words 32..39: the eager
-        # broadcasts done and the ring's stamps (EAGER_DONE, EAGER_STAMP).
+        # words 16..21: the race's picks (shm_race.RACE_WORD); word 23 and words 32..63: the eager
+        # broadcasts done and the ring's stamps (EAGER_DONE, EAGER_STAMP ..).
         # memoryviews: indexing one gives a plain int, the cheapest read in a spin loop
         self._ctr = [v[:HEADER].cast("q") for v in views]
         self._mine = self._ctr[comm.rank]
@@ -99,8 +103,8 @@ class Arena:
         self._areas = [(np.frombuffer(v, dtype=np.uint8, count=span, offset=base),
                         np.frombuffer(v, dtype=np.uint8, count=span, offset=base + span))
                        for v in views]
-        self._ring = [np.frombuffer(v, dtype=np.uint8, count=EAGER_RING * EAGER_MAX,
-                                    offset=base + 2 * span) for v in views]
+        self._ring = [np.frombuffer(v, dtype=np.uint8, count=ring, offset=base + 2 * span)
+                      for v in views]
         self._ring_cache: dict[tuple[int, int, np.dtype[Any], int, int], Array] = {}
         self._others = [v for i, v in enumerate(self._ctr) if i != comm.rank]
         self._wake = comm.waker()  # wakes peers asleep on their counters (see arrive)
@@ -133,51 +137,6 @@ class Arena:
         self._race_log: dict[int, _Race] = {}  # rank 0's times, by kind << 8 | size class
         self._race_mask = [0, 0, 0]  # rank 0: the size classes whose next call leaves the default
         self._racing: tuple[_Race, bool, float] | None = None  # rank 0: the call being timed
-
-    # ------------------------------------------------------------ direct or window path
-    def race(self, kind: int, nbytes: int, default: bool) -> bool:
-        """Whether this call of collective ``kind`` (RACE_*) takes the direct path.
-
-        ``default`` is what the thresholds say, and the path of a size class's first calls
-        (and of every call the policy does not race: a crowded job's, or one too small or too
-        large).
-        Rank 0 times every call (see :meth:`raced`) and keeps, per collective and power-of-two
-        size class, the last times of each path; the faster path is taken, the other tried
-        again now and then, as the machine may change speed (see :class:`_Race`).
-
-        Rank 0 publishes the paths of call c + 1 (a bitmask over the size classes that leave
-        the default) in header word ``RACE_WORD + 2 * kind + (c + 1) % 2`` at the start of call
-        c; every rank reads word ``... + c % 2`` at the start of call c. Every raced path syncs
-        at least once, so call c's readers have all read that word before rank 0 writes it
-        again (at the start of call c + 1, past call c's syncs) and have all seen the write
-        before call c + 1. Collective: every rank must call it for the same calls. Cost: a few
-        microseconds on rank 0.
-        """
-        if not self.policy.races(RACED[kind], nbytes, self.crowded):
-            self._racing = None
-            return default
-        c = self._races[kind]
-        self._races[kind] = c + 1
-        cls = nbytes.bit_length()
-        direct = default != bool(self._ctr[0][RACE_WORD + 2 * kind + (c & 1)] >> cls & 1)
-        if self.chan.rank == 0:
-            rec = self._race_log.get(kind << 8 | cls)
-            if rec is None:
-                rec = self._race_log[kind << 8 | cls] = _Race(default)
-                rec.plan()  # this call's (the default)
-            mask = self._race_mask[kind]
-            mask = mask | 1 << cls if rec.plan() != default else mask & ~(1 << cls)
-            self._race_mask[kind] = mask
-            self._mine[RACE_WORD + 2 * kind + ((c + 1) & 1)] = mask
-            self._racing = (rec, direct, _clock())
-        return direct
-
-    def raced(self) -> None:
-        """End a call that :meth:`race` started: rank 0 records its time."""
-        racing = self._racing
-        if racing is not None:
-            self._racing = None
-            racing[0].add(racing[1], _clock() - racing[2])
 
     # ------------------------------------------------------------ single-copy peer reads
     def _probe_direct(self) -> bool:
@@ -430,22 +389,26 @@ class Arena:
                     f"call or made one more); per rank, its call number: "
                     + ", ".join(f"rank {i}: #{c[sq]}" for i, c in enumerate(self._ctr)))
 
-    def eager_bcast(self, buf: Array, root: int, skip: int = 0, fill: Fill | None = None) -> None:
+    def eager_bcast(self, buf: Array, root: int, skip: int = 0, fill: Fill | None = None,
+                    need: int = -1) -> None:
         """Broadcast ``buf`` (at most EAGER_MAX bytes) through ``root``'s ring, without a sync;
         with ``skip``, a rank other than the root takes the ``buf.size`` elements that follow
         the first ``skip`` of the root's data (a scatter: the root's ``buf`` holds them all).
-        With ``fill``, ``buf`` only shapes the entry, and ``fill(root, entry)`` moves the data
-        in place of the copy (the root's writes the entry, the others' read it).
+        With ``fill``, ``buf`` only shapes the entry (at most its size), ``fill(root, entry)``
+        moves the data in place of the copy (the root's writes the entry, the others' read
+        it), and the root's ``need`` says how many bytes it writes there.
 
-        Broadcast number s (counted alike on every rank) uses entry s % EAGER_RING of the
-        root's ring. The root waits until every rank has finished broadcast s - EAGER_RING
-        (header word EAGER_DONE), copies ``buf`` into the entry and stamps it (header word
-        EAGER_STAMP + entry: s and the call's signature), and returns; the others wait for the
-        stamp, check that the signature is theirs, copy the entry out and count the broadcast
-        done. x86 stores become visible in program order, so a stamp seen means its data is
-        there, and a count seen means the entry has been read. A root thus runs up to
-        EAGER_RING broadcasts ahead of the slowest rank instead of waiting for all of them
-        every call, as MPI allows.
+        Broadcast number s (counted alike on every rank) takes stamp s % EAGER_RING of the
+        root's ring and an entry: small or large by the bytes the root puts there (see
+        EAGER_SMALL). The root waits until every rank has finished the call that last used
+        that entry (header word EAGER_DONE), copies ``buf`` into the entry and stamps it
+        (header word EAGER_STAMP + s % EAGER_RING: s, the call's signature and whether the
+        entry is large), and returns; the others wait for the stamp, check that the
+        signature is theirs, copy the entry out and count the broadcast done. x86 stores
+        become visible in program order, so a stamp seen means its data is there, and a count
+        seen means the entry has been read. A root thus runs up to EAGER_RING small
+        broadcasts ahead of the slowest rank instead of waiting for all of them every call,
+        as MPI allows.
 
         Disagreements fail as MismatchError: a rank whose root has reached a sync without
         stamping the entry (it called something else), a stamp with another signature (other
@@ -462,53 +425,65 @@ class Arena:
         s, word, stamp = self._eager_begin()
         me = self.chan.rank
         if me == root:
-            self._eager_put(buf, s, word, stamp, True, fill)
+            self._eager_put(buf, s, word, stamp, True, fill, need)
         else:
-            if self._ctr[root][word] != stamp:  # (usually there: no call to look)
-                self._eager_take(root, s, word, stamp, ("its root", "broadcast", "broadcast"))
+            got = self._ctr[root][word]
+            if got | 1 != stamp | 1:  # (usually there: no call to look)
+                got = self._eager_take(root, s, word, stamp, ("its root", "broadcast",
+                                                             "broadcast"))
+            e = EAGER_RING + s % EAGER_BIG if got & 1 else s % EAGER_RING
             if fill is None:
-                buf[...] = self._entry(root, s % EAGER_RING, buf, skip)
+                buf[...] = self._entry(root, e, buf, skip)
             else:
-                fill(root, self._entry(root, s % EAGER_RING, buf))
+                fill(root, self._entry(root, e, buf))
         self._eager_end(s, root, stamp)
 
     def eager_gather(self, buf: Array, root: int, out: Array, fill: Fill | None = None,
-                     lead: Fill | None = None, follow: Fill | None = None) -> None:
+                     lead: Fill | None = None, follow: Follow | None = None,
+                     need: int = -1) -> None:
         """Gather every rank's ``buf`` (at most EAGER_MAX bytes) into ``out`` of ``root``,
         block i from rank i, without a sync: each other rank puts its ``buf`` into its own
         ring as a broadcast's root does (same numbering, rules and errors as
         :meth:`eager_bcast`) and returns; the root copies the blocks out as they are stamped
         (a root refusing the call: :meth:`refuse_gather`). With ``fill``: as eager_bcast's,
-        ``fill(i, entry)`` for rank i's entry. With ``lead``, the root first fills its own
-        entry of the call (``lead(root, entry)``); with ``follow``, a sender then waits for the
-        root to begin the call and calls ``follow(root, that entry)`` (not if the root ended
-        the call refusing it). Raises: as :meth:`eager_bcast`."""
+        ``fill(i, entry)`` for rank i's entry, ``need`` a sender's bytes there. With ``lead``,
+        the root first fills its own (large) entry of the call (``lead(root, entry)``); with
+        ``follow``, a sender then waits for the root to begin the call and calls
+        ``follow(root, that entry)``, or ``follow(root, None)`` if the root had no ``lead``
+        (not at all if the root ended the call refusing it). Raises: as :meth:`eager_bcast`."""
         s, word, stamp = self._eager_begin()
         me = self.chan.rank
+        big = EAGER_RING + s % EAGER_BIG
+        led, plain = stamp ^ 0xFFFFFFFF, stamp ^ 0xFFFFFFFE  # (the root's marks: below)
         if me != root:
-            self._eager_put(buf, s, word, stamp, False, fill)
+            self._eager_put(buf, s, word, stamp, False, fill, need)
             if follow is not None:
-                src, begun = self._ctr[root], stamp ^ 0xFFFFFFFF  # (the root's mark: below)
-                self.await_peer(root, lambda: src[word] == begun or src[EAGER_DONE] >= s,
+                src = self._ctr[root]
+                self.await_peer(root, lambda: src[word] in (led, plain) or src[EAGER_DONE] >= s,
                                 f"the root (rank {root}) to begin gather {s}")
-                if src[word] == begun:
-                    follow(root, self._entry(root, s % EAGER_RING, buf))
+                if src[word] in (led, plain):
+                    follow(root, self._entry(root, big, buf) if src[word] == led else None)
         else:
-            # stamped as no sender can (a second root fails at once, not waiting), once no
-            # reader can still look for call s - EAGER_RING's stamp there
-            if s - EAGER_RING > self._ring_done:
-                self._ring_space(s - EAGER_RING)
+            # marked as no sender can stamp (a second root fails at once, not waiting), once
+            # no reader can still look for an earlier call's stamp or lead there
+            lag = EAGER_RING if lead is None else EAGER_BIG
+            if s - lag > self._ring_done:
+                self._ring_space(s - lag)
             if lead is not None:
-                lead(me, self._entry(me, s % EAGER_RING, buf))
-            self._mine[word] = stamp ^ 0xFFFFFFFF
+                lead(me, self._entry(me, big, buf))
+            self._mine[word] = plain if lead is None else led
             n = buf.size
             for i in range(self.chan.size):
                 if i != me:
-                    self._eager_take(i, s, word, stamp, ("a sender", "gather block", "sent"))
+                    got = self._ctr[i][word]
+                    if got | 1 != stamp | 1:
+                        got = self._eager_take(i, s, word, stamp, ("a sender", "gather block",
+                                                                   "sent"))
+                    e = EAGER_RING + s % EAGER_BIG if got & 1 else s % EAGER_RING
                     if fill is None:
-                        out[i * n : (i + 1) * n] = self._entry(i, s % EAGER_RING, buf)
+                        out[i * n : (i + 1) * n] = self._entry(i, e, buf)
                     else:
-                        fill(i, self._entry(i, s % EAGER_RING, buf))
+                        fill(i, self._entry(i, e, buf))
         self._eager_end(s, root, stamp)
 
     def refuse_gather(self, text: str, kind: type[Exception] = ValueError) -> None:
@@ -541,21 +516,24 @@ class Arena:
         assert sig is not None, "begin() names the call first"
         # the call number too: a rank that left an earlier call before stamping it stamps its
         # next call into the same entry, and that must not pass for this one
-        mark = (sig[1] ^ (sig[0] * 0x9E3779B1) ^ (self._seq * 0x85EBCA77)) & 0xFFFFFFFF
-        return s, EAGER_STAMP + s % EAGER_RING, (s & SEQ_MASK) << 32 | mark
+        mark = (sig[1] ^ (sig[0] * 0x9E3779B1) ^ (self._seq * 0x85EBCA77)) & 0xFFFFFFFE
+        return s, EAGER_STAMP + s % EAGER_RING, (s & SEQ_MASK) << 32 | mark  # (bit 0: large)
 
     def _eager_put(self, buf: Array, s: int, word: int, stamp: int, alone: bool,
-                   fill: Fill | None = None) -> None:
-        """Put ``buf`` in this rank's entry of eager call ``s`` (or ``fill`` it: see
-        :meth:`eager_bcast`); ``alone``: a broadcast's root."""
+                   fill: Fill | None = None, need: int = -1) -> None:
+        """Put ``buf`` (``need`` bytes of it, if given) in this rank's entry of eager call
+        ``s`` (or ``fill`` it: see :meth:`eager_bcast`); ``alone``: a broadcast's root."""
         me = self.chan.rank
-        if s - EAGER_RING > self._ring_done:  # the entry may not have been read yet
-            self._ring_space(s - EAGER_RING)
+        large = (buf.nbytes if need < 0 else need) > EAGER_SMALL
+        lag = EAGER_BIG if large else EAGER_RING
+        if s - lag > self._ring_done:  # the entry may not have been read yet
+            self._ring_space(s - lag)
+        e = EAGER_RING + s % EAGER_BIG if large else s % EAGER_RING
         if fill is None:
-            self._entry(me, s % EAGER_RING, buf)[...] = buf
+            self._entry(me, e, buf)[...] = buf
         else:
-            fill(me, self._entry(me, s % EAGER_RING, buf))
-        self._mine[word] = stamp
+            fill(me, self._entry(me, e, buf))
+        self._mine[word] = stamp | large
         want = stamp >> 32
         for c in self._others if alone else ():
             if c[word] >> 32 == want:  # (of two such roots, the later one sees it)
@@ -564,11 +542,11 @@ class Arena:
                                     f"the root")
 
     def _eager_take(self, rank: int, s: int, word: int, stamp: int,
-                    who: tuple[str, str, str]) -> None:
+                    who: tuple[str, str, str]) -> int:
         """Wait until ``rank`` has stamped its entry of eager call ``s`` with ``stamp``
-        (``who``: what it is, what it makes, how, for messages). Raises: MismatchError (it
-        went on to another call, or stamped another signature); the root's refusal of the
-        call, if it made one (see :meth:`refuse`)."""
+        (``who``: what it is, what it makes, how, for messages); the stamp (bit 0: the entry
+        is large). Raises: MismatchError (it went on to another call, or stamped another
+        signature); the root's refusal of the call, if it made one (see :meth:`refuse`)."""
         src = self._ctr[rank]
         want = s & SEQ_MASK
         if src[word] >> 32 != want:
@@ -580,9 +558,9 @@ class Arena:
                 return src[word] >> 32 == want or src[0] > epoch
 
             self._eager_wait(stamped, lambda: [rank], f"rank {rank}'s {who[1]} {s}")
-        got = src[word]
-        if got == stamp:
-            return
+        got: int = src[word]
+        if got | 1 == stamp | 1:
+            return got
         self._check_failed()
         if src[SEQ_WORD + ((self._epoch + 1) & 1)] == self._seq | REFUSED:
             self.sync()  # the root refused the call at a sync (see refuse): join it, which
@@ -600,13 +578,13 @@ class Arena:
         """Count eager call ``s`` done, hashed into what the next sync compares (root, sig)."""
         self._mine[EAGER_DONE] = s
         self._bseq = s
-        mark = stamp & 0xFFFFFFFF
+        mark = stamp & 0xFFFFFFFE  # (a sender's, in refuse_gather: not whether it was large)
         self._bhash = (self._bhash * 1000003 + (root + 1) * 0x9E3779B1 + mark) & SEQ_MASK
         self._wake()  # (the channel's wake_peers, made once: two calls fewer)
 
     def _ring_space(self, need: int) -> None:
         """Wait until every rank has finished broadcast ``need``; note how far all have got
-        (so that the next EAGER_RING - 1 calls or so need not look)."""
+        (so that the next calls need not look)."""
         ctr = self._ctr
         if any(c[EAGER_DONE] < need for c in ctr):
             self._eager_wait(lambda: all(c[EAGER_DONE] >= need for c in ctr),
@@ -615,16 +593,18 @@ class Arena:
         self._ring_done = min(c[EAGER_DONE] for c in ctr)
 
     def _entry(self, rank: int, e: int, like: Array, skip: int = 0) -> Array:
-        """Entry ``e`` of ``rank``'s eager ring, as ``like``'s dtype and size, from element
-        ``skip`` on (cached)."""
+        """Entry ``e`` of ``rank``'s eager ring (small below EAGER_RING, large from there), as
+        ``like``'s dtype and size (at most the entry's), from element ``skip`` on (cached)."""
         key = (rank, e, like.dtype, like.size, skip)
         view = self._ring_cache.get(key)
         if view is None:
             if len(self._ring_cache) > 1024:
                 self._ring_cache.clear()
-            lo = e * EAGER_MAX + skip * like.itemsize
-            view = self._ring_cache[key] = self._ring[rank][lo : lo + like.nbytes].view(
-                like.dtype)
+            at, room = ((e * EAGER_SMALL, EAGER_SMALL) if e < EAGER_RING else
+                        (EAGER_RING * EAGER_SMALL + (e - EAGER_RING) * EAGER_MAX, EAGER_MAX))
+            lo = at + skip * like.itemsize
+            view = self._ring_cache[key] = self._ring[rank][
+                lo : lo + min(like.nbytes, at + room - lo)].view(like.dtype)
         return view
 
     def await_peer(self, rank: int, cond: Callable[[], bool], what: str) -> None:

@@ -3,7 +3,7 @@
 Each rank of the communicator owns a window (mapped by all, see ``map_shared``)::
 
     [ counter (own cache line) | pad to 4 KiB | slot 0, slot 1 (SLOT each) | area 0 | area 1
-      | eager broadcast ring (EAGER_RING entries of EAGER_MAX) ]
+      | eager ring (EAGER_RING entries of EAGER_SMALL, EAGER_BIG of EAGER_MAX) ]
 
 A *sync* is a flag barrier: a rank stores its epoch in its counter and waits until every
 counter has reached it (x86 stores become visible in program order, so data written before
@@ -64,7 +64,9 @@ import numpy as np
 
 from ringworld.algorithms.schedule import blocks
 from ringworld.algorithms.shm_arena import (
+    EAGER_BIG,
     EAGER_RING,
+    EAGER_SMALL,
     MAX_RANKS,
     RACE_ALLGATHER,
     RACE_ALLTOALL,
@@ -76,7 +78,8 @@ from ringworld.algorithms.shm_race import RACE_COST, RACE_LAST, RACE_TRY, _Race
 from ringworld.comm.ops import Op
 from ringworld.errors import MismatchError
 
-__all__ = ["CHUNK", "DIRECT", "EAGER_MAX", "EAGER_RING", "MAX_RANKS", "RACED", "RACE_COST",
+__all__ = ["CHUNK", "DIRECT", "EAGER_BIG", "EAGER_MAX", "EAGER_RING", "EAGER_SMALL", "MAX_RANKS",
+           "RACED", "RACE_COST",
            "RACE_LAST", "RACE_TRY", "RUN", "SLOT", "SMALL", "Arena", "Policy", "_Race",
            "allgather", "allreduce", "alltoall", "barrier", "bcast", "gather", "reduce",
            "reduce_scatter_block", "scan", "scatter"]

@@ -30,9 +30,9 @@ SLOT = 256 << 10
 COMBINE_ALL = 512 << 10
 #: an allreduce or reduce of up to this many bytes takes the slots at any number of ranks
 SMALL = 16384
-#: bytes a broadcast may take through the root's eager ring (each of its entries holds this
-#: much: EAGER_RING of them, see ``Arena.eager_bcast``): larger ones are streamed, and this is
-#: one piece of that stream, so beyond it the stream's copies overlap
+#: bytes a broadcast may take through the root's eager ring (each of its large entries holds
+#: this much: EAGER_BIG of them, see ``Arena.eager_bcast``): larger ones are streamed, and this
+#: is one piece of that stream, so beyond it the stream's copies overlap
 EAGER_MAX = 256 << 10
 #: bytes of a window area: larger transfers go through the windows a chunk at a time
 CHUNK = 2 << 20

@@ -1,12 +1,24 @@
-"""Rank 0's record of the two paths of a raced shared-memory collective (see
-:meth:`ringworld.algorithms.shm_arena.Arena.race`): which is faster, and when to try the other.
+"""The race between the two paths of a shared-memory collective (:meth:`RaceCalls.race`, a
+part of :class:`ringworld.algorithms.shm_arena.Arena`), and rank 0's record of them: which is
+faster, and when to try the other.
 """
 
 from __future__ import annotations
 
 import math
+from time import perf_counter as _clock
+from typing import TYPE_CHECKING
 
-__all__ = ["RACE_COST", "RACE_FIRST", "RACE_KEEP", "RACE_LAST", "RACE_TRY", "_Race"]
+from ringworld.algorithms.shm_policy import RACED
+
+if TYPE_CHECKING:
+    from ringworld.algorithms.shm_policy import Policy
+    from ringworld.comm.channel import Channel
+
+__all__ = ["RACE_COST", "RACE_FIRST", "RACE_KEEP", "RACE_LAST", "RACE_TRY", "RACE_WORD",
+           "RaceCalls", "_Race"]
+
+RACE_WORD = 16  # header words 16..21: rank 0's picks, by collective and call parity
 
 RACE_KEEP = 3  # times kept per path: the estimate is their median
 RACE_TRY = 2  # calls of a try of the slower path
@@ -80,3 +92,62 @@ class _Race:
 
 def _median(t: list[float]) -> float:
     return sorted(t)[len(t) // 2]
+
+
+class RaceCalls:
+    """:class:`~ringworld.algorithms.shm_arena.Arena`'s raced calls (its state: the arena's)."""
+
+    __slots__ = ("_race_log", "_race_mask", "_races", "_racing")
+    chan: Channel
+    policy: Policy
+    crowded: bool
+    _ctr: list[memoryview]
+    _mine: memoryview
+    _races: list[int]
+    _race_log: dict[int, _Race]
+    _race_mask: list[int]
+    _racing: tuple[_Race, bool, float] | None
+
+    def race(self, kind: int, nbytes: int, default: bool) -> bool:
+        """Whether this call of collective ``kind`` (RACE_*) takes the direct path.
+
+        ``default`` is what the thresholds say, and the path of a size class's first calls
+        (and of every call the policy does not race: a crowded job's, or one too small or too
+        large).
+        Rank 0 times every call (see :meth:`raced`) and keeps, per collective and power-of-two
+        size class, the last times of each path; the faster path is taken, the other tried
+        again now and then, as the machine may change speed (see :class:`_Race`).
+
+        Rank 0 publishes the paths of call c + 1 (a bitmask over the size classes that leave
+        the default) in header word ``RACE_WORD + 2 * kind + (c + 1) % 2`` at the start of call
+        c; every rank reads word ``... + c % 2`` at the start of call c. Every raced path syncs
+        at least once, so call c's readers have all read that word before rank 0 writes it
+        again (at the start of call c + 1, past call c's syncs) and have all seen the write
+        before call c + 1. Collective: every rank must call it for the same calls. Cost: a few
+        microseconds on rank 0.
+        """
+        if not self.policy.races(RACED[kind], nbytes, self.crowded):
+            self._racing = None
+            return default
+        c = self._races[kind]
+        self._races[kind] = c + 1
+        cls = nbytes.bit_length()
+        direct = default != bool(self._ctr[0][RACE_WORD + 2 * kind + (c & 1)] >> cls & 1)
+        if self.chan.rank == 0:
+            rec = self._race_log.get(kind << 8 | cls)
+            if rec is None:
+                rec = self._race_log[kind << 8 | cls] = _Race(default)
+                rec.plan()  # this call's (the default)
+            mask = self._race_mask[kind]
+            mask = mask | 1 << cls if rec.plan() != default else mask & ~(1 << cls)
+            self._race_mask[kind] = mask
+            self._mine[RACE_WORD + 2 * kind + ((c + 1) & 1)] = mask
+            self._racing = (rec, direct, _clock())
+        return direct
+
+    def raced(self) -> None:
+        """End a call that :meth:`race` started: rank 0 records its time."""
+        racing = self._racing
+        if racing is not None:
+            self._racing = None
+            racing[0].add(racing[1], _clock() - racing[2])

@@ -243,13 +243,13 @@ def _gatherv_eager(a: Arena, spec: Spec, send: Array, recv: Array) -> bool:
     sender puts a header (its count, whether its block fitted) and, where it fits, its block
     into its entry and returns. So no rank waits for all the others to be scheduled, nor a
     sender for the root, unless its block is large (np=4 on 2 cores, 16-byte blocks: the
-    slots' sync made the call take 2.8x MPICH's time). The root begins the call by putting
-    every rank's count and where its block goes into its own entry, having published its
-    ``recv``: a sender whose block does not fit its entry waits for that and writes the block
-    straight into the root's ``recv`` (the root waits for it to say so), as the senders do at
-    once through the slots. A count that is not the root's is found at the root, which
-    raises once every block has been taken, and at a sender of a large block (none is
-    written)."""
+    slots' sync made the call take 2.8x MPICH's time). Where a block is too large for an entry,
+    the root begins the call by putting every rank's count and where its block goes into its
+    own entry, having published its ``recv``: a sender whose block does not fit its entry
+    waits for that and writes the block straight into the root's ``recv`` (the root waits for
+    it to say so), as the senders do at once through the slots. A count that is not the
+    root's is found at the root, which raises once every block has been taken, and at a
+    sender of a large block (none is written)."""
     r, root, p = a.chan.rank, spec.root, a.chan.size
     dt = send.dtype
     isz = max(1, dt.itemsize)
@@ -268,15 +268,19 @@ def _gatherv_eager(a: Arena, spec: Spec, send: Array, recv: Array) -> bool:
                 data[:n] = send
             mine.append(h)
 
-        def follow(_: int, entry: Array) -> None:  # (raises nothing: the gather must end)
-            lead, _data, _words = _entry_views(per, entry, dt, head)
-            if lead[0] and lead[1 + r] == n:  # (0: the root expects no large block)
-                a.write(root, 0, lead[1 + p + r] * isz, send)
+        def follow(_: int, entry: Array | None) -> None:  # (raises nothing: it must end)
+            if entry is None:  # the root expects no large block
+                wrong.append(-1)
             else:
-                wrong.append(lead[1 + r] if lead[0] else -1)
+                lead, _data, _words = _entry_views(per, entry, dt, head)
+                if lead[1 + r] == n:
+                    a.write(root, 0, lead[1 + p + r] * isz, send)
+                else:
+                    wrong.append(lead[1 + r])
             mine[0][2] = 1  # written (or refused): the root may go on
 
-        a.eager_gather(_WHOLE, root, _WHOLE, fill=put, follow=None if fits else follow)
+        a.eager_gather(_WHOLE, root, _WHOLE, fill=put, follow=None if fits else follow,
+                       need=head + n * isz if fits else head)
         if wrong:
             expects = "fewer" if wrong[0] < 0 else wrong[0]
             raise _mismatch(a, f"the root (rank {root}) expects {expects} elements from this "
@@ -289,10 +293,8 @@ def _gatherv_eager(a: Arena, spec: Spec, send: Array, recv: Array) -> bool:
 
     def lead(_: int, entry: Array) -> None:  # (what a sender of a large block needs)
         h, _data, _words = _entry_views(per, entry, dt, head)
-        h[0] = large
-        if large:
-            for i in range(p):
-                h[1 + i], h[1 + p + i] = c[i], d[i]
+        for i in range(p):
+            h[1 + i], h[1 + p + i] = c[i], d[i]
 
     def take(i: int, entry: Array) -> None:  # (raises only where the call cannot end)
         h, data, _words = _entry_views(per, entry, dt, head)
@@ -306,7 +308,7 @@ def _gatherv_eager(a: Arena, spec: Spec, send: Array, recv: Array) -> bool:
 
     if large:
         a.publish(0, recv)
-    a.eager_gather(_WHOLE, root, _WHOLE, fill=take, lead=lead)
+    a.eager_gather(_WHOLE, root, _WHOLE, fill=take, lead=lead if large else None)
     recv[d[r] : d[r] + c[r]] = send  # (in place: the same bytes onto themselves)
     if bad:
         i, n = bad[0]
@@ -376,11 +378,13 @@ def _scatterv_eager(a: Arena, spec: Spec, send: Array, recv: Array) -> bool:
     if r == root:
         c, d = spec.counts, spec.displs
         assert c is not None and d is not None
-        large = (sum(c) - c[r]) * isz > EAGER_MAX - head
+        others = (sum(c) - c[r]) * isz
+        large = others > EAGER_MAX - head
+        plan = None if large else _span(per, spec, (EAGER_MAX - head) // isz)
+        need = head + (0 if large else others if plan is None else (plan[2] - plan[1]) * isz)
 
         def put(_: int, entry: Array) -> None:
             h, data, words = _entry_views(per, entry, dt, head)
-            plan = None if large else _span(per, spec, data.size)
             if plan is None:
                 _pack(h, data, c, d, send, r, large)
             else:  # (one copy of the blocks as they lie, where the span of them fits)
@@ -389,7 +393,7 @@ def _scatterv_eager(a: Arena, spec: Spec, send: Array, recv: Array) -> bool:
 
         if large and a.direct:
             a.publish(0, send)
-        a.eager_bcast(_WHOLE, root, fill=put)
+        a.eager_bcast(_WHOLE, root, fill=put, need=need)
         recv[...] = send[d[r] : d[r] + c[r]]  # (in place: the same bytes onto themselves)
         if large and a.direct:
             a.sync()  # every rank has read its block
