@@ -54,7 +54,7 @@ _WHOLE = np.broadcast_to(np.zeros(1, np.uint8), (EAGER_MAX,))
 # and how many elements fit there (a WeakKeyDictionary's lookup is a Python call: 0.3 us)
 # (and per eager ring entry and dtype, by the entry's id: the entry, its header and the rest)
 _Views = tuple[list[memoryview], list[Array], int]
-_KEPT = 1024  # views kept per arena at most (a root of p ranks reads 8 (p - 1) ring entries)
+_KEPT = 4096  # views kept per arena at most (a root of p ranks reads up to 40 (p - 1) entries)
 _VIEWS: dict[int, tuple[weakref.ref[Arena], dict[Any, Any]]] = {}
 
 
