@@ -33,7 +33,8 @@ Follow = Callable[[int, Array | None], None]  # a gather's sender after its root
 
 HEADER = 4096
 PAGE = 4096
-MAX_RANKS = HEADER // 8 - 88  # one header word per peer (consumed counters from word 88)
+CONSUMED = 88  # header words CONSUMED + j: pieces taken from rank j's stream (one per peer)
+MAX_RANKS = HEADER // 8 - CONSUMED
 # Which path a call takes (windows or direct copies, raced or not) is the Policy the arena
 # is handed (ringworld.tuning.shm_paths.DEFAULT: the measured sizes, and why)
 RACE_ALLTOALL, RACE_ALLGATHER, RACE_REDUCE_SCATTER = 0, 1, 2  # indices: RACED order
@@ -571,8 +572,8 @@ class Arena(RaceCalls):
                 f"making this {who[1]} (ranks called different collectives)")
         raise MismatchError(
             f"{self.what}: rank {rank}, {who[0]}, {who[2]} something else (size, type or root "
-            f"differ: signature {got & 0xFFFFFFFF:08x} against this rank's "
-            f"{stamp & 0xFFFFFFFF:08x})")
+            f"differ: signature {got & 0xFFFFFFFE:08x} against this rank's "
+            f"{stamp & 0xFFFFFFFE:08x})")
 
     def _eager_end(self, s: int, root: int, stamp: int) -> None:
         """Count eager call ``s`` done, hashed into what the next sync compares (root, sig)."""
@@ -732,7 +733,8 @@ class Arena(RaceCalls):
 
     @property
     def counters(self) -> list[memoryview]:
-        """Every rank's header words (word 28: pieces produced, 29: consumed, 30: size)."""
+        """Every rank's header words (28: pieces produced, 30, 31: the stream's size and
+        pieces; CONSUMED + j: pieces taken from rank j's stream)."""
         return self._ctr
 
     def wait_for(self, cond: Callable[[], bool], missing: Callable[[], Collection[int]],

@@ -64,6 +64,7 @@ import numpy as np
 
 from ringworld.algorithms.schedule import blocks
 from ringworld.algorithms.shm_arena import (
+    CONSUMED,
     EAGER_BIG,
     EAGER_RING,
     EAGER_SMALL,
@@ -410,9 +411,6 @@ def _allreduce_shared(a: Arena, send: Array, recv: Array, op: Op) -> None:
         else:
             op.combine_into(dst, theirs, mine)
         a.write(other, 1, lo * isz, dst)
-
-
-CONSUMED = 64  # header word CONSUMED + j: pieces this rank has taken from rank j's stream
 
 
 def _consumed(ctr: list[memoryview], me: int, n: int, stream: int) -> bool:

@@ -288,7 +288,7 @@ def _gatherv_eager(a: Arena, spec: Spec, send: Array, recv: Array) -> bool:
         return True
     c, d = spec.counts, spec.displs
     assert c is not None and d is not None
-    large = max(c) * isz > EAGER_MAX - head
+    large = max((n for i, n in enumerate(c) if i != r), default=0) * isz > EAGER_MAX - head
     bad: list[tuple[int, int]] = []
 
     def lead(_: int, entry: Array) -> None:  # (what a sender of a large block needs)
