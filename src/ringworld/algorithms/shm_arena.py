@@ -462,8 +462,9 @@ class Arena(RaceCalls):
                 src = self._ctr[root]
                 self.await_peer(root, lambda: src[word] in (led, plain) or src[EAGER_DONE] >= s,
                                 f"the root (rank {root}) to begin gather {s}")
-                if src[word] in (led, plain):
-                    follow(root, self._entry(root, big, buf) if src[word] == led else None)
+                mark = src[word]  # (stays until this rank's call is done)
+                if mark in (led, plain):
+                    follow(root, self._entry(root, big, buf) if mark == led else None)
         else:
             # marked as no sender can stamp (a second root fails at once, not waiting), once
             # no reader can still look for an earlier call's stamp or lead there
