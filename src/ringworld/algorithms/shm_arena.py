@@ -68,11 +68,11 @@ class Arena(RaceCalls):
     # slots: over 30 attributes would take an instance dict out of CPython's shared-key form,
     # and every attribute read of the sync path slower with it (an 8 B allreduce ~0.2 us)
     __slots__ = (
-        "__weakref__", "_areas", "_bhash", "_bseq", "_call", "_crc", "_ctr", "_epoch",
+        "__weakref__", "_areas", "_bhash", "_bseq", "_call", "_crc", "_ctr",
         "_inline_spin", "_mine", "_others", "_ring", "_ring_cache", "_ring_done", "_seq", "_sig",
         "_slot_cache", "_slots", "_wake",
-        "_what", "broken", "chan", "chunk", "crowded", "direct", "direct_min", "pieces", "policy",
-        "small", "small_reduce", "timeout",
+        "_what", "broken", "chan", "chunk", "crowded", "direct", "direct_min", "epoch", "pieces",
+        "policy", "small", "small_reduce", "timeout",
     )
 
     def __init__(self, comm: Channel, barrier: Callable[[], None], policy: Policy,
@@ -112,7 +112,7 @@ class Arena(RaceCalls):
         self._ring_done = 0  # every rank has finished the eager broadcasts up to this one
         self._bseq = 0  # eager broadcasts so far (the same on every rank)
         self._bhash = 0  # a hash of their roots and signatures, checked at every sync
-        self._epoch = 0
+        self.epoch = 0  # syncs so far (the same on every rank between two syncs); read-only
         self._seq = -1  # the number of the call in progress (as the communicator counts
         # calls); -1 while the windows are set up
         # why this rank's windows cannot be used any more (see abandon): (how, first rank, text)
@@ -262,12 +262,7 @@ class Arena(RaceCalls):
 
     def next_parity(self) -> int:
         """The slot parity of the next sync."""
-        return (self._epoch + 1) & 1
-
-    @property
-    def epoch(self) -> int:
-        """Syncs so far (the same on every rank between two syncs)."""
-        return self._epoch
+        return (self.epoch + 1) & 1
 
     def tell(self, value: int, word: int = 0) -> None:
         """Publish ``value`` in this rank's progress word ``word`` (0, 1), for peers to read with
@@ -279,40 +274,38 @@ class Arena(RaceCalls):
         """``rank``'s progress word ``word`` (see :meth:`tell`)."""
         return self._ctr[rank][PROGRESS + word]
 
-    def sync(self) -> None:
+    def sync(self, arrive: bool = True, wait: bool = True) -> None:
         """Wait until every rank has reached this point (a barrier over shared counters).
+
+        ``arrive=False`` is :meth:`await_all`, ``wait=False`` :meth:`arrive` (one function:
+        a sync is most of a small call's cost, and each call of a method adds to it).
 
         Raises:
             Timeout, PeerFailure: as :meth:`Channel.spin_until`.
             MismatchError: ranks started different calls (see :meth:`begin`).
         """
-        self.arrive()
-        self.await_all()
-
-    def arrive(self) -> None:
-        """The first half of :meth:`sync`: tell the others this rank has reached it. Work done
-        before :meth:`await_all` overlaps the wait for slower ranks; it may touch only this
-        rank's own buffers (peers may already be past the sync)."""
-        self._epoch += 1
-        e = self._epoch
-        mine = self._mine
         sig = self._sig
-        if sig is not None:
-            at = 8 + 2 * (e & 1)  # by parity: a rank may announce its next call meanwhile
-            mine[at] = sig[0]
-            mine[at + 1] = sig[1] | self._bhash << 32  # and the eager broadcasts before it
-        mine[SEQ_WORD + (e & 1)] = self._seq
-        mine[0] = e
-        self._wake()
-
-    def await_all(self) -> None:
-        """The second half of :meth:`sync`: wait until every rank has arrived.
-
-        Raises:
-            as :meth:`sync`.
-        """
-        e = self._epoch
-        for c in self._ctr:
+        if arrive:
+            e = self.epoch = self.epoch + 1
+            mine = self._mine
+            if sig is not None:
+                at = 8 + 2 * (e & 1)  # by parity: a rank may announce its next call meanwhile
+                # written only when they change (a repeated call's do not): a word the peers
+                # have read sits in their caches, and a write takes its line back from them
+                if mine[at] != sig[0]:
+                    mine[at] = sig[0]
+                word = sig[1] | self._bhash << 32  # and the eager broadcasts before it
+                if mine[at + 1] != word:
+                    mine[at + 1] = word
+            mine[SEQ_WORD + (e & 1)] = self._seq
+            mine[0] = e
+            self._wake()
+            if not wait:
+                return
+        else:
+            e = self.epoch
+        others = self._others
+        for c in others:
             if c[0] < e:
                 # (none while a peer shares this CPU: it runs only once this rank yields)
                 spin = 0 if self.chan.sharing_cpu else self._inline_spin
@@ -329,19 +322,33 @@ class Arena(RaceCalls):
         # (one pass of word reads here; the analysis only where one differs)
         seq = self._seq
         sq = SEQ_WORD + (e & 1)
-        sig = self._sig
         # (a rank that left a call with an error arrives at no sync after it: see begin)
+        # (this rank's own words are the ones it compares with: the peers' are read)
         if sig is None:
-            for c in self._ctr:
+            for c in others:
                 if c[sq] != seq:
                     self._out_of_step(e, sig)
             return
         at = 8 + 2 * (e & 1)
         size = sig[0]
         word = sig[1] | self._bhash << 32
-        for c in self._ctr:
+        for c in others:
             if c[at] != size or c[at + 1] != word or c[sq] != seq:
                 self._out_of_step(e, sig)
+
+    def arrive(self) -> None:
+        """The first half of :meth:`sync`: tell the others this rank has reached it. Work done
+        before :meth:`await_all` overlaps the wait for slower ranks; it may touch only this
+        rank's own buffers (peers may already be past the sync)."""
+        self.sync(wait=False)
+
+    def await_all(self) -> None:
+        """The second half of :meth:`sync`: wait until every rank has arrived.
+
+        Raises:
+            as :meth:`sync`.
+        """
+        self.sync(arrive=False)
 
     def _out_of_step(self, e: int, sig: tuple[int, int, str] | None) -> None:
         """Why the ranks' words at sync ``e`` differ from this rank's (see :meth:`await_all`):
@@ -493,7 +500,7 @@ class Arena(RaceCalls):
         their part is done, as a send's; the stamps are taken, unused) or wait at a sync, or
         refuse it too, each as its root (refused, at a sync). Raises: as :meth:`sync`."""
         s = self._bseq + 1
-        word, want, epoch = EAGER_STAMP + s % EAGER_RING, s & SEQ_MASK, self._epoch
+        word, want, epoch = EAGER_STAMP + s % EAGER_RING, s & SEQ_MASK, self.epoch
         me = self.chan.rank
         others = [i for i in range(self.chan.size) if i != me]
         refusing = self._mine[REFUSING] = epoch << 32 | want  # (stale after a sync or call)
@@ -552,7 +559,7 @@ class Arena(RaceCalls):
         src = self._ctr[rank]
         want = s & SEQ_MASK
         if src[word] >> 32 != want:
-            epoch = self._epoch
+            epoch = self.epoch
 
             def stamped() -> bool:
                 # the rank's sync counter first: once it is past this rank's, the stamp
@@ -564,7 +571,7 @@ class Arena(RaceCalls):
         if got | 1 == stamp | 1:
             return got
         self._check_failed()
-        if src[SEQ_WORD + ((self._epoch + 1) & 1)] == self._seq | REFUSED:
+        if src[SEQ_WORD + ((self.epoch + 1) & 1)] == self._seq | REFUSED:
             self.sync()  # the root refused the call at a sync (see refuse): join it, which
             # raises the refusal and keeps the syncs in step
         if got >> 32 != want:
