@@ -38,13 +38,14 @@ from ringworld.errors import CommRevoked, MismatchError, PeerFailure
 
 if TYPE_CHECKING:
     from ringworld.algorithms import shm_collectives as shm
-    from ringworld.algorithms import shm_vector
+    from ringworld.algorithms import shm_repeat, shm_vector
     from ringworld.algorithms.schedule import Spec
     from ringworld.collective.buffers import Array
     from ringworld.device.plane import Plane
 else:  # imported on the first collective call: init() and point-to-point never load numpy
     shm = LazyModule("ringworld.algorithms.shm_collectives", globals(), "shm")
     shm_vector = LazyModule("ringworld.algorithms.shm_vector", globals(), "shm_vector")
+    shm_repeat = LazyModule("ringworld.algorithms.shm_repeat", globals(), "shm_repeat")
 
 
 __all__ = ["IN_PLACE", "UNDEFINED", "Communicator"]
@@ -183,7 +184,8 @@ class Communicator(CommManagement):
         if call.finish is not None:
             call.finish()
         if keep is not None:
-            self._cache.keep(call, keep[0], keep[1], sb, rb, keep[2], sig, run)
+            self._cache.keep(call, keep[0], keep[1], sb, rb, keep[2], sig,
+                             shm_repeat.quick(a, coll, sb, rb, o) or run)
         return self._done
 
     def _vector_in_shared(self, coll: str, spec: Spec, sb: Array, rb: Array, op: Op | None,

@@ -1,0 +1,384 @@
+"""The quick runners of repeated small shared-memory collectives
+(:mod:`ringworld.algorithms.shm_repeat`): allreduce, allgather, alltoall and
+reduce_scatter_block, repeated on the same arrays and on fresh arrays of a kept shape, give the
+numpy reference's result for every dtype and op the library accepts (a non-commutative op in
+rank order), at counts 0, 1 and 7 a block, in place, and with other collectives in between that
+move the arena's sync count (so repeats start at both slot parities). Every call has new data
+(per element, rank and call), so a runner that read another call's slots returns a wrong
+result; and after each small call every rank's slot of that sync's parity must hold its input,
+so a runner that went through the wrong parity is caught even where no rank overtook another.
+A last test checks that small repeats really run a quick runner and large ones the plain
+``shm_collectives.RUN`` entry."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+from coll_support import AFFINE, AFFINE_OP, P_AFF, affine
+
+import ringworld
+from ringworld import Op
+from ringworld.algorithms import shm_collectives
+from ringworld.testing import run_processes
+
+Array = np.ndarray[Any, Any]
+
+COLLS = ("allreduce", "allgather", "alltoall", "reduce_scatter_block")
+REDUCING = ("allreduce", "reduce_scatter_block")
+INTS = tuple(np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64,
+                                    np.uint8, np.uint16, np.uint32, np.uint64))
+FLOATS = tuple(np.dtype(t) for t in (np.float16, np.float32, np.float64))
+COMPLEX = tuple(np.dtype(t) for t in (np.complex64, np.complex128))
+BOOL = np.dtype(np.bool_)
+PLAIN = (*INTS, *FLOATS, *COMPLEX, BOOL)
+#: elements per block (per rank's vector for allreduce and allgather): none, one, and one that
+#: no world size here divides
+COUNTS = (0, 1, 7)
+#: each call shape runs this often: False on the arrays used before, True on new ones (the
+#: first call takes the checked path and keeps the runner; the others are repeats)
+PLAN = (False, False, False, True, False, True, False)
+
+
+def _ops_for(dt: np.dtype[Any]) -> tuple[Op, ...]:
+    """The ops ``ringworld.comm.ops`` accepts on ``dt`` among those under test."""
+    if dt == AFFINE:
+        return (AFFINE_OP,)
+    if dt.kind == "c":  # max and min are refused on complex
+        return (ringworld.SUM, ringworld.PROD)
+    if dt.kind == "f":  # bitwise ops are refused on floats
+        return (ringworld.SUM, ringworld.PROD, ringworld.MAX, ringworld.MIN)
+    return (ringworld.SUM, ringworld.PROD, ringworld.MAX, ringworld.MIN, ringworld.BXOR)
+
+
+def _values(dt: np.dtype[Any], n: int, who: int, t: int, op: Op | None = None) -> Array:
+    """``n`` elements of ``dt`` contributed by rank ``who`` to call number ``t``: they differ
+    from element to element, from rank to rank, and every element changes from one call to
+    the next; small enough that no sum or product in any of these dtypes rounds or overflows
+    differently from numpy's in rank order."""
+    i = np.arange(n, dtype=np.int64)
+    base = i * 7 + who * 131 + t * 37
+    if dt == AFFINE:
+        big = i * 7919 + who * 104729 + t * 1299709 + 1
+        out = np.empty(n, AFFINE)
+        out["m"] = big % (P_AFF - 1) + 1
+        out["c"] = (big * 3 + 5) % P_AFF
+        return out
+    name = "" if op is None else op.name
+    if dt.kind == "b":  # sparse trues for or-like ops, sparse falses for and-like ones
+        h = (base * 2654435761) % (1 << 32) >> 8
+        bits: Array = h % 5 != 0 if name in ("prod", "min") else h % 5 == 0
+        return bits
+    if name == "prod":  # +-1, +-2, +-3: products of five stay exact
+        v = base % 3 + 1
+        if dt.kind != "u":
+            v = np.where(base // 3 % 2 == 1, -v, v)
+        if dt.kind == "c":
+            return (v + 1j * (base % 2)).astype(dt)
+        return v.astype(dt)
+    v = base % 101
+    if dt.kind != "u":
+        v = v - 50
+    if dt.kind == "c":
+        return (v + 1j * (base % 7 - 3)).astype(dt)
+    return v.astype(dt)
+
+
+def _reduce(op: Op, parts: list[Array]) -> Array:
+    """``parts`` combined in rank order, as numpy does it."""
+    acc = parts[0].copy()
+    for x in parts[1:]:
+        if op is AFFINE_OP:
+            acc = affine(acc, x)
+        else:
+            uf = op.ufunc
+            assert uf is not None
+            uf(acc, x, out=acc)
+    return acc
+
+
+def _sizes(coll: str, p: int, n: int) -> tuple[int, int]:
+    """(send, recv) elements of a call of ``coll`` with ``n`` elements a block."""
+    return {"allreduce": (n, n), "allgather": (n, p * n), "alltoall": (p * n, p * n),
+            "reduce_scatter_block": (p * n, n)}[coll]
+
+
+def _want(coll: str, op: Op | None, r: int, n: int, parts: list[Array]) -> Array:
+    """Rank ``r``'s result of ``coll`` when rank i sends ``parts[i]`` (``n`` a block)."""
+    if coll == "allreduce":
+        assert op is not None
+        return _reduce(op, parts)
+    if coll == "reduce_scatter_block":
+        assert op is not None
+        return _reduce(op, parts)[r * n : (r + 1) * n]
+    if coll == "allgather":
+        return np.concatenate(parts)
+    return np.concatenate([x[r * n : (r + 1) * n] for x in parts])
+
+
+def _call(comm: ringworld.Communicator, coll: str, send: Any, recv: Array,
+          op: Op | None) -> None:
+    if coll == "allreduce":
+        assert op is not None
+        comm.allreduce(send, recv, op)
+    elif coll == "reduce_scatter_block":
+        assert op is not None
+        comm.reduce_scatter_block(send, recv, op)
+    else:
+        getattr(comm, coll)(send, recv)
+
+
+def _slots_hold(comm: ringworld.Communicator, dt: np.dtype[Any], parts: list[Array],
+                what: str) -> list[str]:
+    """After a small call through the slots: every rank's slot of the parity of the sync just
+    made holds that rank's input (``parts[i]``), as ``shm_collectives`` writes them (the
+    slots of ``next_parity()`` before the sync). No rank can overwrite that slot before this
+    rank reaches its next sync. Nothing to check on one rank or for an empty call."""
+    p = comm.size
+    if p == 1 or parts[0].size == 0:
+        return []
+    if comm.last_algorithm != "shm":
+        return [f"{what}: ran {comm.last_algorithm}, not shm"]
+    a = comm._arena
+    assert a is not None
+    slots = a.slots(a.epoch & 1, dt, parts[0].size)
+    return [f"{what}: rank {i}'s slot of this sync's parity (epoch {a.epoch}) holds "
+            f"{slots[i]}, not its input {parts[i]}"
+            for i in range(p) if not np.array_equal(slots[i], parts[i])]
+
+
+class Checker:
+    """One rank's calls with fresh data, each checked against numpy; ``t`` numbers the calls
+    (the same on every rank, so the data of every rank's call is known everywhere)."""
+
+    def __init__(self, comm: ringworld.Communicator) -> None:
+        self.comm = comm
+        self.t = 0
+        self.errors: list[str] = []
+
+    def call(self, coll: str, dt: np.dtype[Any], op: Op | None, n: int, send: Array,
+             recv: Array, tag: str = "", in_place: bool = False) -> None:
+        """``coll`` on ``send`` and ``recv`` (``n`` elements a block) with new data, checked:
+        the result, and the slots where the call is small."""
+        comm, p, r = self.comm, self.comm.size, self.comm.rank
+        self.t += 1
+        t = self.t
+        parts = [_values(dt, send.size, i, t, op) for i in range(p)]
+        send[...] = parts[r]
+        if not in_place:  # what no rank sent: a result left unwritten shows
+            recv[...] = _values(dt, recv.size, p + 3, t + 1, op)
+        _call(comm, coll, ringworld.IN_PLACE if in_place else send, recv, op)
+        want = _want(coll, op, r, n, parts)
+        what = (f"{coll} {dt} {'' if op is None else op.name} n={n}"
+                f"{' in place' if in_place else ''} {tag} (call {t}, rank {r})")
+        if recv.shape != want.shape or not np.array_equal(recv, want):
+            self.errors.append(f"{what}: got {recv}, want {want}")
+        if send.nbytes <= 4096:
+            self.errors += _slots_hold(comm, dt, parts, what)
+
+    def repeats(self, coll: str, dt: np.dtype[Any], op: Op | None, n: int,
+                in_place: bool = False) -> None:
+        """A call shape run as :data:`PLAN` says: on the same arrays and on new ones."""
+        ns, nr = _sizes(coll, self.comm.size, n)
+        send = recv = np.empty(nr, dt)
+        for k, fresh in enumerate(PLAN):
+            if k == 0 or fresh:
+                recv = np.empty(nr, dt)
+                send = recv if in_place else np.empty(ns, dt)
+            self.call(coll, dt, op, n, send, recv, f"repeat {k}{' (new arrays)' * fresh}",
+                      in_place)
+
+
+def _matrix(comm: ringworld.Communicator) -> list[str]:
+    """Every collective, dtype, op and count, each repeated."""
+    c = Checker(comm)
+    for n in COUNTS:
+        for dt in (*PLAIN, AFFINE):
+            for coll in REDUCING:
+                for op in _ops_for(dt):
+                    c.repeats(coll, dt, op, n)
+            if dt != AFFINE:
+                for coll in ("allgather", "alltoall"):
+                    c.repeats(coll, dt, None, n)
+    return c.errors
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 5])
+def test_repeats_every_dtype_op_and_count(size: int) -> None:
+    results = run_processes(size, _matrix, transport="shm", timeout=60)
+    assert [e for errs in results for e in errs] == []
+
+
+def _in_place(comm: ringworld.Communicator) -> list[str]:
+    """In-place allreduce repeated (on the same array and on new ones), then out of place on
+    the same recvbuf, and back."""
+    c = Checker(comm)
+    for n in COUNTS:
+        for dt, op in ((np.dtype(np.int64), ringworld.SUM), (np.dtype(np.float32), ringworld.MAX),
+                       (np.dtype(np.uint8), ringworld.BXOR), (np.dtype(np.complex128),
+                                                              ringworld.PROD),
+                       (BOOL, ringworld.MIN), (AFFINE, AFFINE_OP)):
+            c.repeats("allreduce", dt, op, n, in_place=True)
+            recv = np.empty(n, dt)
+            send = np.empty(n, dt)
+            for k in range(6):  # alternately in place and not, on the same recvbuf
+                c.call("allreduce", dt, op, n, recv if k % 2 else send, recv,
+                       f"mixed {k}", in_place=k % 2 == 1)
+    return c.errors
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 5])
+def test_repeated_in_place_allreduce(size: int) -> None:
+    results = run_processes(size, _in_place, transport="shm", timeout=60)
+    assert [e for errs in results for e in errs] == []
+
+
+def _interleaved(comm: ringworld.Communicator) -> list[str]:
+    """Kept calls of every collective repeated with other calls between them, in an order
+    that changes every round (the same on every rank): barriers, broadcasts (no sync), another
+    allreduce and alltoall shape, a scan (a slot call without a quick runner), a large
+    allreduce (several syncs), and calls on a duplicate (its own arena). Each kept call is made
+    to start at both slot parities."""
+    p, r = comm.size, comm.rank
+    c = Checker(comm)
+    dup = comm.dup()
+    d = Checker(dup)
+    i64, f32, f64 = np.dtype(np.int64), np.dtype(np.float32), np.dtype(np.float64)
+    i32, u16 = np.dtype(np.int32), np.dtype(np.uint16)
+
+    def kept(coll: str, dt: np.dtype[Any], op: Op | None, n: int) -> Callable[[], None]:
+        ns, nr = _sizes(coll, p, n)
+        send, recv = np.empty(ns, dt), np.empty(nr, dt)
+        return lambda: c.call(coll, dt, op, n, send, recv, "kept")
+
+    kept_calls = {
+        "allreduce sum": kept("allreduce", i64, ringworld.SUM, 5),
+        "allreduce affine": kept("allreduce", AFFINE, AFFINE_OP, 3),
+        "allgather": kept("allgather", f32, None, 3),
+        "alltoall": kept("alltoall", i32, None, 2),
+        "reduce_scatter_block": kept("reduce_scatter_block", f64, ringworld.MAX, 3),
+        "reduce_scatter_block affine": kept("reduce_scatter_block", AFFINE, AFFINE_OP, 2),
+    }
+    in_place_recv = np.empty(4, f64)
+
+    def in_place() -> None:
+        c.call("allreduce", f64, ringworld.SUM, 4, in_place_recv, in_place_recv, "kept",
+               in_place=True)
+
+    kept_calls["allreduce in place"] = in_place
+    other_ar = kept("allreduce", u16, ringworld.BXOR, 9)
+    other_a2a = kept("alltoall", f64, None, 1)
+    big = 40_000  # float64: over the slots of allreduce at any size here
+    big_send, big_recv = np.empty(big, f64), np.empty(big, f64)
+    dup_send, dup_recv = np.empty(5, i64), np.empty(5, i64)
+    bcast_buf = np.empty(6, i64)
+    scan_send, scan_recv = np.empty(3, i64), np.empty(3, i64)
+    state = {"round": 0}
+
+    def bcast() -> None:
+        root = state["round"] % p
+        want = np.arange(6) * 3 + root * 100 + state["round"]
+        bcast_buf[:] = want if r == root else -1
+        comm.bcast(bcast_buf, root)
+        if not np.array_equal(bcast_buf, want):
+            c.errors.append(f"bcast round {state['round']}: {bcast_buf}")
+
+    def scan() -> None:
+        k = state["round"]
+        scan_send[:] = np.arange(3) + r * 10 + k
+        comm.scan(scan_send, scan_recv)
+        want = sum(np.arange(3) + i * 10 + k for i in range(r + 1))
+        if not np.array_equal(scan_recv, want):
+            c.errors.append(f"scan round {k}: {scan_recv} != {want}")
+
+    def large() -> None:
+        c.call("allreduce", f64, ringworld.SUM, big, big_send, big_recv, "large")
+
+    def on_dup() -> None:
+        d.call("allreduce", i64, ringworld.SUM, 5, dup_send, dup_recv, "on the duplicate")
+
+    fillers: dict[str, Callable[[], None]] = {
+        "barrier": comm.barrier, "bcast": bcast, "other allreduce": other_ar,
+        "other alltoall": other_a2a, "scan": scan, "large allreduce": large,
+        "duplicate": on_dup,
+    }
+    for f in kept_calls.values():  # first calls: every shape kept before the rounds
+        f()
+    parities: dict[str, set[int]] = {name: set() for name in kept_calls}
+    names = list(kept_calls)
+    for k in range(10):
+        state["round"] = k
+        rng = random.Random(1000 * p + k)  # the same order on every rank
+        plan = [*names, *rng.sample(sorted(fillers), rng.randint(1, len(fillers)))]
+        rng.shuffle(plan)
+        for j, name in enumerate(plan):
+            if name in fillers:
+                fillers[name]()
+                continue
+            a = comm._arena
+            if a is not None and p > 1:
+                want = (k + j + names.index(name)) & 1
+                for _ in range(2):  # a barrier is one sync (the same count on every rank)
+                    if a.epoch & 1 != want:
+                        comm.barrier()
+                if a.epoch & 1 != want:
+                    c.errors.append(f"two barriers did not move the sync count: {a.epoch}")
+                parities[name].add(a.epoch & 1)
+            kept_calls[name]()
+    if p > 1:
+        for name, seen in parities.items():
+            if seen != {0, 1}:
+                c.errors.append(f"{name}: repeats started at slot parities {seen} only")
+        missing = sorted(set(COLLS) - set(comm._cache.last))
+        if missing:
+            c.errors.append(f"calls not kept: {missing}")
+    dup.free()
+    return c.errors + d.errors
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 5])
+def test_repeats_between_other_calls(size: int) -> None:
+    results = run_processes(size, _interleaved, transport="shm", timeout=60)
+    assert [e for errs in results for e in errs] == []
+
+
+def _in_use(comm: ringworld.Communicator) -> list[str]:
+    """Small repeats keep a quick runner (not ``shm_collectives.RUN``'s entry), on the same
+    arrays and on new ones; large calls keep ``RUN``'s entry itself."""
+    p = comm.size
+    c = Checker(comm)
+    run = shm_collectives.RUN
+    i64 = np.dtype(np.int64)
+    for coll in COLLS:
+        for op in ((ringworld.SUM, AFFINE_OP) if coll in REDUCING else (None,)):
+            dt = AFFINE if op is AFFINE_OP else i64
+            c.repeats(coll, dt, op, 2)
+            last = comm._cache.last.get(coll)
+            if not isinstance(last, tuple) or not callable(last[5]):
+                c.errors.append(f"{coll}: no call kept ({last!r})")
+            elif last[5] is run[coll]:
+                c.errors.append(f"small {coll} ({op}): repeats run shm_collectives.RUN's "
+                                "entry, not a quick runner")
+    # large: 1 MiB allreduce, allgather of 512 KiB blocks (over the slots)
+    big = (1 << 20) // 8
+    for coll, ns, nr in (("allreduce", big, big), ("allgather", big // 2, p * big // 2)):
+        send, recv = np.empty(ns, np.float64), np.empty(nr, np.float64)
+        for k in range(3):
+            c.call(coll, np.dtype(np.float64), ringworld.SUM if coll == "allreduce" else None,
+                   ns, send, recv, f"large {k}")
+        if comm.last_algorithm != "shm":
+            c.errors.append(f"large {coll} ran {comm.last_algorithm}, not shm")
+        last = comm._cache.last.get(coll)
+        if not isinstance(last, tuple) or last[5] is not run[coll]:
+            c.errors.append(f"large {coll}: kept {None if last is None else last[5]}, not "
+                            f"shm_collectives.RUN's entry")
+    return c.errors
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_small_repeats_use_a_quick_runner(size: int) -> None:
+    results = run_processes(size, _in_use, transport="shm", timeout=60)
+    assert [e for errs in results for e in errs] == []
