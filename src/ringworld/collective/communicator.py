@@ -325,7 +325,13 @@ class Communicator(CommManagement):
         sb = rb if sendbuf is IN_PLACE else sendbuf
         if rb.ndim != 1:
             rb, sb = rb.reshape(-1), sb.reshape(-1)  # views: both are contiguous
-        a = self._shm(coll, timeout, sig=sig)  # (checks revocation: free() empties the cache)
+        a = self._arena
+        e = self._engine
+        if (timeout is None and a is not None and not (
+                e.mismatched or e.remote_mismatches or e.strays or e.revoked)):
+            a.begin_signed(coll, None, sig, self._next_seq())  # what _shm does, for this case
+        else:  # the checks, and their errors (revoked; free() empties the cache)
+            a = self._shm(coll, timeout, sig=sig)
         try:
             run(a, sb, rb, op, root)
         except BaseException as exc:
