@@ -10,7 +10,6 @@ paths where its :class:`~ringworld.algorithms.shm_policy.Policy` says so.
 
 from __future__ import annotations
 
-import os
 import weakref
 import zlib
 from collections.abc import Callable, Collection
@@ -19,10 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ringworld.algorithms.shm_direct import address as _addr
+from ringworld.algorithms.shm_direct import probe_direct
 from ringworld.algorithms.shm_failure import peer_left
 from ringworld.algorithms.shm_policy import CHUNK, DIRECT, EAGER_MAX, SLOT, Policy
 from ringworld.algorithms.shm_race import RaceCalls, _Race
-from ringworld.errors import CommBroken, CommError, MismatchError, PeerFailure, TransportError
+from ringworld.errors import CommBroken, CommError, MismatchError, PeerFailure
 
 if TYPE_CHECKING:
     from ringworld.comm.channel import Channel
@@ -132,54 +133,12 @@ class Arena(RaceCalls):
         self.crowded = comm.oversubscribed
         # per collective, the size from which it takes the direct path (tuning's policy)
         self.direct_min = {c: policy.direct_from(c, self.crowded) for c in DIRECT}
-        self.direct = self._probe_direct()
+        self.direct = probe_direct(comm, self._ctr, self.sync)
         comm.describe_calls(weakref.WeakMethod(self._describe))
         self._races = [0, 0, 0]  # raced calls so far, by collective (the same on every rank)
         self._race_log: dict[int, _Race] = {}  # rank 0's times, by kind << 8 | size class
         self._race_mask = [0, 0, 0]  # rank 0: the size classes whose next call leaves the default
         self._racing: tuple[_Race, bool, float] | None = None  # rank 0: the call being timed
-
-    # ------------------------------------------------------------ single-copy peer reads
-    def _probe_direct(self) -> bool:
-        """Whether every rank can read and write every other's memory (agreed: all ranks get
-        one answer).
-
-        Each rank publishes a private word and a mailbox; every rank reads every peer's word
-        and writes its mark into every peer's mailbox; the verdicts are combined through the
-        counters, so no rank uses direct copies unless all can.
-        """
-        comm = self.chan
-        if not comm.supports_peer_reads:
-            return False
-        me = comm.rank
-        token = np.array([int.from_bytes(os.urandom(7), "little")], dtype=np.int64)
-        box = np.zeros(comm.size, dtype=np.int64)  # peers write their rank + 1 into it
-        self._mine[24] = _addr(token)
-        self._mine[25] = int(token[0])
-        self._mine[27] = _addr(box)
-        self.sync()
-        ok = 1
-        got = np.zeros(1, dtype=np.int64)
-        mark = np.array([me + 1], dtype=np.int64)
-        for i, c in enumerate(self._ctr):
-            if i != me:
-                try:
-                    comm.read_peer(i, c[24], _addr(got), 8)
-                    comm.write_peer(i, c[27] + 8 * me, _addr(mark), 8)
-                except TransportError:
-                    ok = 0
-                    break
-                if int(got[0]) != c[25]:
-                    ok = 0
-                    break
-        self.sync()  # every write has landed
-        if any(int(box[i]) != i + 1 for i in range(comm.size) if i != me):
-            ok = 0
-        self._mine[26] = ok
-        self.sync()
-        verdict = all(c[26] == 1 for c in self._ctr)
-        self.sync()  # everyone has read the tokens (and verdicts) before they go away
-        return verdict
 
     def publish(self, which: int, arr: Array) -> None:
         """Announce the address of this rank's buffer ``which`` (0, 1) for peers to read."""
@@ -774,7 +733,3 @@ class Arena(RaceCalls):
         self.chan.spin_until(arrived, self.timeout, describe, missing,
                              partial(self._check_failed, arrived))
 
-
-def _addr(a: Array) -> int:
-    addr: int = a.__array_interface__["data"][0]
-    return addr
