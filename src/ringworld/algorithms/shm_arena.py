@@ -63,6 +63,9 @@ SEQ_MASK = 0x7FFFFFFF
 INLINE_SPIN = 256  # a few microseconds of counter checks (see Arena.sync)
 
 
+_BCAST = ("its root", "broadcast", "broadcast")  # (_eager_take's words for a broadcast)
+
+
 class Arena(RaceCalls):
     """The shared windows of one communicator and the flag barrier over them."""
 
@@ -396,14 +399,45 @@ class Arena(RaceCalls):
         else:
             got = self._ctr[root][word]
             if got | 1 != stamp | 1:  # (usually there: no call to look)
-                got = self._eager_take(root, s, word, stamp, ("its root", "broadcast",
-                                                             "broadcast"))
+                got = self._eager_take(root, s, word, stamp, _BCAST)
             e = EAGER_RING + s % EAGER_BIG if got & 1 else s % EAGER_RING
             if fill is None:
                 buf[...] = self._entry(root, e, buf, skip)
             else:
                 fill(root, self._entry(root, e, buf))
         self._eager_end(s, root, stamp)
+
+    def bcast_runner(self, root: int, like: Array) -> Callable[..., None]:
+        """:meth:`eager_bcast` from ``root``, with ``shm_collectives.RUN``'s arguments (its
+        arena, op and root are this one's), for flat arrays of ``like``'s dtype and size, at
+        most EAGER_SMALL bytes (small entries): the entries' views made once, for a repeated
+        broadcast (see shm_repeat). Raises: as eager_bcast."""
+        entries = [self._entry(root, e, like) for e in range(EAGER_RING)]
+        mine, src, others = self._mine, self._ctr[root], self._others
+
+        def put(_: Arena, send: Array, buf: Array, _op: Any, _root: int) -> None:
+            s, word, stamp = self._eager_begin()
+            if s - EAGER_RING > self._ring_done:  # (as _eager_put, for a small entry)
+                self._ring_space(s - EAGER_RING)
+            entries[s % EAGER_RING][...] = buf
+            mine[word] = stamp
+            want = stamp >> 32
+            for c in others:
+                if c[word] >> 32 == want:
+                    self._two_roots(word, want)
+            self._eager_end(s, root, stamp)
+
+        def take(_: Arena, send: Array, buf: Array, _op: Any, _root: int) -> None:
+            s, word, stamp = self._eager_begin()
+            got = src[word]
+            if got | 1 != stamp | 1:
+                got = self._eager_take(root, s, word, stamp, _BCAST)
+            # (a large entry only if the root's size differs, which the signature excludes)
+            buf[...] = (self._entry(root, EAGER_RING + s % EAGER_BIG, buf) if got & 1
+                        else entries[s % EAGER_RING])
+            self._eager_end(s, root, stamp)
+
+        return put if self.chan.rank == root else take
 
     def eager_gather(self, buf: Array, root: int, out: Array, fill: Fill | None = None,
                      lead: Fill | None = None, follow: Follow | None = None,
@@ -505,9 +539,14 @@ class Arena(RaceCalls):
         want = stamp >> 32
         for c in self._others if alone else ():
             if c[word] >> 32 == want:  # (of two such roots, the later one sees it)
-                them = [i for i, d in enumerate(self._ctr) if i != me and d[word] >> 32 == want]
-                raise MismatchError(f"{self.what}: ranks {me} and {them[0]} both called it as "
-                                    f"the root")
+                self._two_roots(word, want)
+
+    def _two_roots(self, word: int, want: int) -> None:
+        """Raise MismatchError: a peer stamped eager call ``want`` in its ring's ``word`` too
+        (it and this rank both called the broadcast as its root)."""
+        me = self.chan.rank
+        them = [i for i, d in enumerate(self._ctr) if i != me and d[word] >> 32 == want]
+        raise MismatchError(f"{self.what}: ranks {me} and {them[0]} both called it as the root")
 
     def _eager_take(self, rank: int, s: int, word: int, stamp: int,
                     who: tuple[str, str, str]) -> int:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ringworld.algorithms.shm_arena import EAGER_SMALL
 from ringworld.algorithms.shm_collectives import _combine_in_rank_order
 
 if TYPE_CHECKING:
@@ -28,13 +29,17 @@ Array = np.ndarray[Any, Any]
 Runner = Callable[["Arena", Array, Array, "Op | None", int], None]
 
 
-def quick(a: Arena, coll: str, send: Array, recv: Array, op: Op | None) -> Runner | None:
+def quick(a: Arena, coll: str, send: Array, recv: Array, op: Op | None,
+          root: int) -> Runner | None:
     """A runner of ``coll`` on ``a`` with ``shm_collectives.RUN[coll]``'s arguments (its
     ``a``, op and root are those given here), for flat arrays of ``send``'s and ``recv``'s
     dtype and size, that takes the same steps; None where such a call does not go through
-    the slots (larger ones, other collectives). Cost: the slots' views, once."""
+    the slots or a small eager entry (larger ones, other collectives). Cost: the slots' or
+    entries' views, once."""
     p, r = a.chan.size, a.chan.rank
     dt = recv.dtype
+    if coll == "bcast":
+        return a.bcast_runner(root, recv) if recv.nbytes <= EAGER_SMALL else None
     if coll == "allreduce" and op is not None and recv.nbytes <= a.small_reduce:
         return _allreduce(a, op, _by_epoch(a, dt, recv.size))
     if send.nbytes > a.small or coll not in ("allgather", "alltoall", "reduce_scatter_block"):

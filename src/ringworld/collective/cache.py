@@ -175,10 +175,13 @@ class CallCache:
         return kept
 
     def keep(self, call: Call, sendbuf: Any, recvbuf: Any, sb: Array, rb: Array, extra: Any,
-             sig: tuple[int, int, str], run: Callable[..., None]) -> None:
+             sig: tuple[int, int, str], run: Callable[..., None],
+             quick: Callable[[Array, Array], Callable[..., None] | None] | None = None) -> None:
         """Remember ``call``'s shape, just run in the shared windows as ``run(arena, sb, rb,
         ...)``, for :meth:`again`, if ``sb`` and ``rb`` are the user's numpy arrays (or flat
-        views of them: contiguous arrays always give those) and the call needs no finishing."""
+        views of them: contiguous arrays always give those) and the call needs no finishing.
+        ``quick(s, r)``, if given, may return a runner made for the arrays that repeats pass
+        (``s`` and ``r``: the user's, flat, or their byte views), kept in place of ``run``."""
         nd = self.ndarray = type(rb)
         if call.finish is not None or type(recvbuf) is not nd:
             return
@@ -190,7 +193,18 @@ class CallCache:
             send = weakref.ref(sendbuf)
         else:
             return
-        if type(extra) is AdapterKey and extra.raw:
+        raw = type(extra) is AdapterKey and extra.raw
+        if quick is not None and recvbuf.flags.c_contiguous and (
+                sendbuf is IN_PLACE or sendbuf.flags.c_contiguous):
+            # the arrays of a repeat: the user's, flat (Communicator._again), or their byte
+            # views (_OnBytes), which need not be ``sb`` and ``rb`` (ringworld.MPI's Bcast
+            # runs on byte views and repeats on the typed arrays)
+            r = recvbuf.reshape(-1)
+            s = r if sendbuf is IN_PLACE else sendbuf.reshape(-1)
+            if raw:
+                r, s = r.view("u1"), s.view("u1")
+            run = quick(s, r) or run
+        if raw:
             run = _OnBytes(run)
         key = _shape_key(call.collective, extra, sendbuf, recvbuf)
         kept = Kept(sig, run, call.op, call.spec.root)

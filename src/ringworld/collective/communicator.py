@@ -184,8 +184,9 @@ class Communicator(CommManagement):
         if call.finish is not None:
             call.finish()
         if keep is not None:
-            self._cache.keep(call, keep[0], keep[1], sb, rb, keep[2], sig,
-                             shm_repeat.quick(a, coll, sb, rb, o) or run)
+            root = call.spec.root
+            self._cache.keep(call, keep[0], keep[1], sb, rb, keep[2], sig, run,
+                             lambda s, r: shm_repeat.quick(a, coll, s, r, o, root))
         return self._done
 
     def _vector_in_shared(self, coll: str, spec: Spec, sb: Array, rb: Array, op: Op | None,
