@@ -8,11 +8,21 @@ move the arena's sync count (so repeats start at both slot parities). Every call
 result; and after each small call every rank's slot of that sync's parity must hold its input,
 so a runner that went through the wrong parity is caught even where no rank overtook another.
 A last test checks that small repeats really run a quick runner and large ones the plain
-``shm_collectives.RUN`` entry."""
+``shm_collectives.RUN`` entry.
+
+bcast's runner (``Arena.bcast_runner``: up to EAGER_SMALL bytes, through the small entries of
+the root's eager ring) is checked alike: every dtype, counts 0, 1, 7, EAGER_SMALL bytes and
+one element more (the plain path), from root 0 and from the last rank, with the receivers'
+buffers filled with bytes the root never sends; then long runs of repeats (more than twice
+the ring's EAGER_RING entries) while the receivers fall behind at times, so that the root
+waits for ring space, with other calls between them. Last, ``ringworld.MPI``'s repeated
+Bcast (its first call runs on byte views, its repeats on the typed arrays), Allreduce,
+Allgather and Alltoall."""
 
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +33,7 @@ from coll_support import AFFINE, AFFINE_OP, P_AFF, affine
 import ringworld
 from ringworld import Op
 from ringworld.algorithms import shm_collectives
+from ringworld.algorithms.shm_arena import EAGER_RING, EAGER_SMALL
 from ringworld.testing import run_processes
 
 Array = np.ndarray[Any, Any]
@@ -85,6 +96,33 @@ def _values(dt: np.dtype[Any], n: int, who: int, t: int, op: Op | None = None) -
     if dt.kind == "c":
         return (v + 1j * (base % 7 - 3)).astype(dt)
     return v.astype(dt)
+
+
+#: the byte the receivers' buffers hold before a broadcast: no element :func:`_bcast_data`
+#: makes is all FILL bytes (nor, in a bool array, has any FILL byte)
+FILL = 0xFF
+
+
+def _bcast_data(dt: np.dtype[Any], n: int, root: int, t: int) -> Array:
+    """``n`` elements of ``dt`` that ``root`` broadcasts in call ``t``, made as raw bytes
+    (compared as bytes: a float may be a NaN): every element's bytes differ from those of
+    every other element of the call (as far as ``dt`` has values: below 256 one-byte ones)
+    and from those of the same element in any other call (bool: every element flips from one
+    call to the next, 0 or 1); no element is all :data:`FILL` bytes."""
+    i = np.arange(n, dtype=np.int64)
+    if dt.kind == "b":
+        bits = ((i * 0x9E3779B1 >> 16) + t + root) & 1
+        out = np.empty(n, dt)
+        out.view(np.uint8)[...] = bits
+        return out
+    k = dt.itemsize
+    key = i + ((t * 8 + root) << 15)  # unique per element (n < 2**15), root and call
+    low = min(k, 4)
+    v = key % ((1 << (8 * low)) - 1)  # (never all FILL bytes; a bijection while key is small)
+    raw = np.empty((n, k), np.uint8)
+    for j in range(k):
+        raw[:, j] = (v >> (8 * j)) & 0xFF if j < low else ((key * (2 * j + 1) + j) >> (j % 5))
+    return raw.reshape(-1).view(dt)
 
 
 def _reduce(op: Op, parts: list[Array]) -> Array:
@@ -190,6 +228,36 @@ class Checker:
                 send = recv if in_place else np.empty(ns, dt)
             self.call(coll, dt, op, n, send, recv, f"repeat {k}{' (new arrays)' * fresh}",
                       in_place)
+
+    def bcast(self, dt: np.dtype[Any], root: int, buf: Array, tag: str = "") -> None:
+        """``comm.bcast(buf, root)`` with new data (:func:`_bcast_data`), the receivers'
+        ``buf`` first filled with :data:`FILL` bytes, checked byte for byte on every rank."""
+        comm, r = self.comm, self.comm.rank
+        self.t += 1
+        want = _bcast_data(dt, buf.size, root, self.t).reshape(buf.shape)
+        if r == root:
+            buf[...] = want
+        else:
+            buf.reshape(-1).view(np.uint8)[...] = FILL
+        comm.bcast(buf, root)
+        got, exp = buf.reshape(-1).view(np.uint8), want.reshape(-1).view(np.uint8)
+        if not np.array_equal(got, exp):
+            bad = np.flatnonzero(got != exp)
+            i = bad[0] // dt.itemsize
+            self.errors.append(
+                f"bcast {dt} n={buf.size} root={root} {tag} (call {self.t}, rank {r}): "
+                f"{bad.size} bytes wrong, first in element {i}: "
+                f"{got[i * dt.itemsize:(i + 1) * dt.itemsize].tobytes().hex()}, want "
+                f"{exp[i * dt.itemsize:(i + 1) * dt.itemsize].tobytes().hex()}"
+                f"{' (never sent: unwritten)' if got[bad[0]] == FILL else ''}")
+
+    def bcast_repeats(self, dt: np.dtype[Any], n: int, root: int) -> None:
+        """A broadcast's shape run as :data:`PLAN` says, on the same array and on new ones."""
+        buf = np.empty(n, dt)
+        for k, fresh in enumerate(PLAN):
+            if fresh:
+                buf = np.empty(n, dt)
+            self.bcast(dt, root, buf, f"repeat {k}{' (new array)' * fresh}")
 
 
 def _matrix(comm: ringworld.Communicator) -> list[str]:
@@ -347,7 +415,8 @@ def test_repeats_between_other_calls(size: int) -> None:
 
 def _in_use(comm: ringworld.Communicator) -> list[str]:
     """Small repeats keep a quick runner (not ``shm_collectives.RUN``'s entry), on the same
-    arrays and on new ones; large calls keep ``RUN``'s entry itself."""
+    arrays and on new ones; large calls keep ``RUN``'s entry itself (bcast: over EAGER_SMALL
+    bytes)."""
     p = comm.size
     c = Checker(comm)
     run = shm_collectives.RUN
@@ -375,10 +444,195 @@ def _in_use(comm: ringworld.Communicator) -> list[str]:
         if not isinstance(last, tuple) or last[5] is not run[coll]:
             c.errors.append(f"large {coll}: kept {None if last is None else last[5]}, not "
                             f"shm_collectives.RUN's entry")
+    # bcast: a runner up to EAGER_SMALL bytes (from either root), RUN's entry 8 bytes over it
+    for n in (2, EAGER_SMALL // 8, EAGER_SMALL // 8 + 1):
+        for root in (0, p - 1):
+            c.bcast_repeats(i64, n, root)
+            c.errors += _bcast_kept(comm, i64, n, f"bcast of {8 * n} bytes from {root}")
     return c.errors
 
 
 @pytest.mark.parametrize("size", [2, 3])
 def test_small_repeats_use_a_quick_runner(size: int) -> None:
     results = run_processes(size, _in_use, transport="shm", timeout=60)
+    assert [e for errs in results for e in errs] == []
+
+
+# ------------------------------------------------------------------------------------ bcast
+def _bcast_counts(dt: np.dtype[Any]) -> tuple[int, ...]:
+    """A broadcast's counts: COUNTS, EAGER_SMALL bytes (the largest with a bcast runner) and
+    one element more (the plain path)."""
+    small = EAGER_SMALL // dt.itemsize
+    return (*COUNTS, small, small + 1)
+
+
+def _bcast_kept(comm: ringworld.Communicator, dt: np.dtype[Any], n: int, what: str) -> list[str]:
+    """After repeats of a bcast of ``n`` of ``dt`` on more than one rank: it ran in the shared
+    windows, and the kept runner is a bcast runner up to EAGER_SMALL bytes, else
+    ``shm_collectives.RUN``'s entry."""
+    if comm.size == 1 or n == 0:
+        return []
+    if comm.last_algorithm != "shm":
+        return [f"{what}: ran {comm.last_algorithm}, not shm"]
+    last = comm._cache.last.get("bcast")
+    if not isinstance(last, tuple) or not callable(last[5]):
+        return [f"{what}: no call kept ({last!r})"]
+    plain = last[5] is shm_collectives.RUN["bcast"]
+    if n * dt.itemsize <= EAGER_SMALL and plain:
+        return [f"{what}: repeats run shm_collectives.RUN's entry, not a bcast runner"]
+    if n * dt.itemsize > EAGER_SMALL and not plain:
+        return [f"{what}: over EAGER_SMALL bytes, kept {last[5]}, not shm_collectives.RUN's"]
+    return []
+
+
+def _bcast_matrix(comm: ringworld.Communicator) -> list[str]:
+    """Broadcasts of every dtype and count, from root 0 and from the last rank, repeated."""
+    c = Checker(comm)
+    for dt in (*PLAIN, AFFINE):
+        for n in _bcast_counts(dt):
+            for root in sorted({0, comm.size - 1}):
+                c.bcast_repeats(dt, n, root)
+                c.errors += _bcast_kept(comm, dt, n, f"bcast {dt} n={n} root={root}")
+    return c.errors
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 5])
+def test_bcast_repeats_every_dtype_and_count(size: int) -> None:
+    results = run_processes(size, _bcast_matrix, transport="shm", timeout=60)
+    assert [e for errs in results for e in errs] == []
+
+
+def _bcast_ring(comm: ringworld.Communicator) -> list[str]:
+    """Long runs of bcast repeats (over twice the ring's EAGER_RING small entries, so the
+    root's entries wrap around), while the receivers fall behind at times: the root then runs
+    a whole ring ahead and must wait for them before it writes an entry again. First runs of
+    a new shape each, on one array, the receivers behind from its first call (which takes the
+    checked path: a runner's entries must be those that path uses too) and again later; then
+    shapes from both roots (EAGER_SMALL bytes too), on new arrays at times, with allreduces,
+    barriers and a broadcast of one element over EAGER_SMALL (the plain path, a large entry)
+    between them, in an order the same on every rank."""
+    p, r = comm.size, comm.rank
+    c = Checker(comm)
+    i64, f32 = np.dtype(np.int64), np.dtype(np.float32)
+    last = p - 1
+    for j, root in enumerate((last, 0, last)):
+        n = 7 + j  # a new shape: its first call is checked, the others run the runner
+        buf = np.empty(n, i64)
+        comm.barrier()  # (every rank here: no rank still sleeps through the last run)
+        for k in range(2 * EAGER_RING + 8):
+            if r != root and k in (0, 40):  # behind by a ring: the root waits for ring space
+                time.sleep(0.05)
+            c.bcast(i64, root, buf, f"run {j}, {k}")
+        c.errors += _bcast_kept(comm, i64, n, f"run {j}")
+    shapes = [(i64, 7, 0), (i64, 7, last), (f32, 1, 0), (f32, EAGER_SMALL // 4, last)]
+    bufs = [np.empty(n, dt) for dt, n, _ in shapes]
+    big = np.empty(EAGER_SMALL // 8 + 1, i64)
+    ar_send, ar_recv = np.empty(3, i64), np.empty(3, i64)
+    rng = random.Random(7 * p)  # the same draws on every rank
+    for k in range(4 * EAGER_RING):
+        j = rng.randrange(len(shapes))
+        dt, n, root = shapes[j]
+        fresh, pause, between = rng.random() < 0.2, rng.random() < 0.05, rng.random()
+        if fresh:
+            bufs[j] = np.empty(n, dt)
+        if between < 0.1:
+            comm.barrier()
+        elif between < 0.2:
+            c.call("allreduce", i64, ringworld.SUM, 3, ar_send, ar_recv, f"between {k}")
+        elif between < 0.25:
+            c.bcast(i64, root, big, f"large between {k}")
+        if pause and r != root:
+            time.sleep(0.02)
+        c.bcast(dt, root, bufs[j], f"mixed {k}{' (new array)' * fresh}")
+    for dt, n, root in shapes:  # each again, checked as kept
+        c.bcast(dt, root, np.empty(n, dt), "last")
+        c.errors += _bcast_kept(comm, dt, n, f"bcast {dt} n={n} root={root} last")
+    return c.errors
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 5])
+def test_bcast_repeats_wrap_the_ring(size: int) -> None:
+    results = run_processes(size, _bcast_ring, transport="shm", timeout=60)
+    assert [e for errs in results for e in errs] == []
+
+
+# ------------------------------------------------------------------------- ringworld.MPI
+def _mpi_values(dt: str, n: int, who: int, t: int) -> Array:
+    """``n`` elements of ``dt`` from rank ``who`` in call ``t``: unique per element, rank and
+    call, positive, and small enough that sums of five stay exact in float32."""
+    return (np.arange(n) + 1 + who * 64 + t * 512).astype(dt)
+
+
+def _mpi_repeats(_: object) -> list[str]:
+    """``ringworld.MPI``'s Bcast (its first call runs on byte views, its repeats on the
+    typed arrays: the runner must be made for those), on float64 arrays of 1 and 7 elements,
+    a (2, 3) one, an int32 one and ``[array, MPI.DOUBLE]`` specs, from root 0 and the last
+    rank; then Allreduce, Allgather and Alltoall on float32 and int64 arrays: each repeated
+    on the same arrays and on new ones, with new data every call, checked against numpy; on
+    more than one rank the small repeats run a quick runner."""
+    from ringworld import MPI
+
+    comm = MPI.COMM_WORLD
+    native = ringworld.world()
+    r, p = comm.Get_rank(), comm.Get_size()
+    errors: list[str] = []
+    t = 0
+
+    def runner_kept(coll: str, what: str) -> None:
+        if p == 1:
+            return
+        last = native._cache.last.get(coll)
+        if not isinstance(last, tuple) or not callable(last[5]):
+            errors.append(f"{what}: no call kept ({last!r})")
+        elif last[5] is shm_collectives.RUN[coll]:
+            errors.append(f"{what}: repeats run shm_collectives.RUN's entry, not a runner")
+
+    for dt, shape, spec in (("f8", (1,), False), ("f8", (7,), False), ("f8", (2, 3), False),
+                            ("i4", (7,), False), ("f8", (1,), True), ("f8", (7,), True)):
+        for root in sorted({0, p - 1}):
+            buf = np.empty(shape, dt)
+            for k, fresh in enumerate(PLAN):
+                t += 1
+                if fresh:
+                    buf = np.empty(shape, dt)
+                want = _mpi_values(dt, buf.size, root, t).reshape(shape)
+                buf[...] = want if r == root else -1  # (never sent)
+                comm.Bcast([buf, MPI.DOUBLE] if spec else buf, root)
+                if not np.array_equal(buf, want):
+                    errors.append(f"Bcast {dt} {shape}{' spec' * spec} root={root} repeat {k} "
+                                  f"(call {t}, rank {r}): got {buf}, want {want}")
+            runner_kept("bcast", f"Bcast {dt} {shape}{' spec' * spec} root={root}")
+    for dt in ("f4", "i8"):
+        for n in (1, 3):
+            for coll in ("Allreduce", "Allgather", "Alltoall"):
+                ns, nr = {"Allreduce": (n, n), "Allgather": (n, p * n),
+                          "Alltoall": (p * n, p * n)}[coll]
+                send, recv = np.empty(ns, dt), np.empty(nr, dt)
+                for k, fresh in enumerate(PLAN):
+                    t += 1
+                    if fresh:
+                        send, recv = np.empty(ns, dt), np.empty(nr, dt)
+                    parts = [_mpi_values(dt, ns, q, t) for q in range(p)]
+                    send[...] = parts[r]
+                    recv[...] = -1
+                    if coll == "Allreduce":
+                        comm.Allreduce(send, recv, MPI.SUM)
+                        want = np.sum(parts, axis=0, dtype=dt)
+                    elif coll == "Allgather":
+                        comm.Allgather(send, recv)
+                        want = np.concatenate(parts)
+                    else:
+                        comm.Alltoall(send, recv)
+                        want = np.concatenate([x[r * n:(r + 1) * n] for x in parts])
+                    if not np.array_equal(recv, want):
+                        errors.append(f"{coll} {dt} n={n} repeat {k} (call {t}, rank {r}): "
+                                      f"got {recv}, want {want}")
+                runner_kept(coll.lower(), f"{coll} {dt} n={n}")
+    comm.Barrier()
+    return errors
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 5])
+def test_mpi_repeats_run_on_the_arrays_repeats_pass(size: int) -> None:
+    results = run_processes(size, _mpi_repeats, transport="shm", timeout=60)
     assert [e for errs in results for e in errs] == []
