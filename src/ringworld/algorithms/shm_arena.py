@@ -76,7 +76,7 @@ class Arena(RaceCalls):
         "_inline_spin", "_mine", "_others", "_ring", "_ring_cache", "_ring_done", "_seq", "_sig",
         "_slot_cache", "_slots", "_wake",
         "_what", "broken", "chan", "chunk", "crowded", "direct", "direct_min", "epoch", "pieces",
-        "policy", "small", "small_reduce", "timeout",
+        "policy", "small", "small_reduce", "timeout", "vector_views",
     )
 
     def __init__(self, comm: Channel, barrier: Callable[[], None], policy: Policy,
@@ -105,6 +105,8 @@ class Arena(RaceCalls):
                         np.frombuffer(v, dtype=np.uint8, count=SLOT, offset=HEADER + SLOT))
                        for v in views]
         self._slot_cache: dict[tuple[int, np.dtype[Any], int], list[Array]] = {}
+        # shm_vector's views of these windows (its own keys): they go when the arena does
+        self.vector_views: dict[Any, Any] = {}
         self._areas = [(np.frombuffer(v, dtype=np.uint8, count=span, offset=base),
                         np.frombuffer(v, dtype=np.uint8, count=span, offset=base + span))
                        for v in views]

@@ -26,9 +26,7 @@ path; ``op`` is a reduce_scatter's).
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Sequence
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -48,32 +46,20 @@ _U8 = np.dtype(np.uint8)
 # read-only broadcast of one byte: it takes no memory)
 _WHOLE = np.broadcast_to(np.zeros(1, np.uint8), (EAGER_MAX,))
 
-# per arena (by id; an arena's entry goes when the arena does, so its views never keep its
-# windows mapped longer than the arena's own do), per (slot parity, dtype): every rank's slot
-# header (int64 words: a flag, p counts, p offsets) and the rest of its slot as that dtype,
-# and how many elements fit there (a WeakKeyDictionary's lookup is a Python call: 0.3 us)
+# kept in the arena's vector_views (so they never keep its windows mapped longer than the
+# arena's own views do; a lookup by the arena's id here cost a call and a weak reference's
+# check a v-call), per (slot parity, dtype): every rank's slot header (int64 words: a flag, p
+# counts, p offsets) and the rest of its slot as that dtype, and how many elements fit there
 # (and per eager ring entry and dtype, by the entry's id: the entry, its header and the rest)
 _Views = tuple[list[memoryview], list[Array], int]
 _KEPT = 4096  # views kept per arena at most (a root of p ranks reads up to 40 (p - 1) entries)
-_VIEWS: dict[int, tuple[weakref.ref[Arena], dict[Any, Any]]] = {}
-
-
-def _drop(key: int, _: object) -> None:
-    _VIEWS.pop(key, None)
-
-
-def _per_arena(a: Arena) -> dict[Any, Any]:
-    entry = _VIEWS.get(id(a))
-    if entry is None or entry[0]() is not a:
-        entry = _VIEWS[id(a)] = (weakref.ref(a, partial(_drop, id(a))), {})
-    return entry[1]
 
 
 def _entry_views(per: dict[Any, Any], entry: Array, dt: np.dtype[Any], head: int
                  ) -> tuple[memoryview, Array, Array]:
     """An eager ring entry's header (``head`` bytes, as int64 words: a memoryview, whose items
     read as ints, and an array), and the rest of it as ``dt`` (cached in ``per``, the arena's
-    :func:`_per_arena`: making them took 0.5 us a block)."""
+    :attr:`Arena.vector_views`: making them took 0.5 us a block)."""
     found = per.get((id(entry), dt))
     if found is None or found[0] is not entry:  # (holding the entry: its id stays its own)
         if len(per) > _KEPT:
@@ -110,8 +96,8 @@ def _span(per: dict[Any, Any], spec: Spec, room: int) -> tuple[Array, int, int] 
 
 def _views(a: Arena, dt: np.dtype[Any]) -> _Views:
     """The slots of the next sync as the v-variants use them (cached per arena)."""
-    per = _per_arena(a)
-    key = (a.next_parity(), dt)
+    per = a.vector_views
+    key = ((a.epoch + 1) & 1, dt)  # (the next sync's parity)
     found = per.get(key)
     if found is None:
         if len(per) > _KEPT:
@@ -254,7 +240,7 @@ def _gatherv_eager(a: Arena, spec: Spec, send: Array, recv: Array) -> bool:
     dt = send.dtype
     isz = max(1, dt.itemsize)
     head = _head_bytes(p)
-    per = _per_arena(a)
+    per = a.vector_views
     if r != root:
         n = send.size
         fits = n * isz <= EAGER_MAX - head
@@ -374,7 +360,7 @@ def _scatterv_eager(a: Arena, spec: Spec, send: Array, recv: Array) -> bool:
     dt = recv.dtype
     isz = max(1, dt.itemsize)
     head = _head_bytes(p)
-    per = _per_arena(a)
+    per = a.vector_views
     if r == root:
         c, d = spec.counts, spec.displs
         assert c is not None and d is not None

@@ -262,6 +262,19 @@ class Communicator(CommManagement):
         self._rerun_vector(coll, last, sendbuf, recvbuf, timeout)
         return True
 
+    def _kept_begin(self, coll: str, timeout: float | None, sig: tuple[int, int, str]
+                    ) -> shm.Arena:
+        """Begin a kept call (signed ``sig``) in the windows: as :meth:`_shm`, with its checks
+        skipped where none can fail (no timeout given, the windows mapped, no engine flag up:
+        a repeat's case). Raises: as _shm (revoked, mismatched; free() empties the cache)."""
+        a = self._arena
+        e = self._engine
+        if (timeout is None and a is not None and not (
+                e.mismatched or e.remote_mismatches or e.strays or e.revoked)):
+            a.begin_signed(coll, None, sig, self._next_seq())
+            return a
+        return self._shm(coll, timeout, sig=sig)
+
     def _again_kept_vector(self, coll: str, last: tuple[Any, ...], sendbuf: Any, recvbuf: Any
                            ) -> bool:
         """The v-variant kept as ``last`` (``CallCache.vector``'s entry, as an adapter found it
@@ -282,7 +295,7 @@ class Communicator(CommManagement):
             rb = rb.reshape(-1)
         if sb.ndim != 1:
             sb = sb.reshape(-1)
-        a = self._shm(coll, timeout, sig=last[4])
+        a = self._kept_begin(coll, timeout, last[4])
         self.last_algorithm = SHM
         try:  # (_vector_in_shared's, written out: one Python call fewer a repeat)
             done = shm_vector.RUN[coll](a, last[5], sb, rb, last[9])
@@ -326,13 +339,7 @@ class Communicator(CommManagement):
         sb = rb if sendbuf is IN_PLACE else sendbuf
         if rb.ndim != 1:
             rb, sb = rb.reshape(-1), sb.reshape(-1)  # views: both are contiguous
-        a = self._arena
-        e = self._engine
-        if (timeout is None and a is not None and not (
-                e.mismatched or e.remote_mismatches or e.strays or e.revoked)):
-            a.begin_signed(coll, None, sig, self._next_seq())  # what _shm does, for this case
-        else:  # the checks, and their errors (revoked; free() empties the cache)
-            a = self._shm(coll, timeout, sig=sig)
+        a = self._kept_begin(coll, timeout, sig)
         try:
             run(a, sb, rb, op, root)
         except BaseException as exc:
