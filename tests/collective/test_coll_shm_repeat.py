@@ -636,3 +636,68 @@ def _mpi_repeats(_: object) -> list[str]:
 def test_mpi_repeats_run_on_the_arrays_repeats_pass(size: int) -> None:
     results = run_processes(size, _mpi_repeats, transport="shm", timeout=60)
     assert [e for errs in results for e in errs] == []
+
+
+def _shapes_and_paths(comm: ringworld.Communicator) -> list[str]:
+    """Repeats whose sendbuf is not flat beside a flat recvbuf (each is flattened on its own);
+    a rank that takes the checked path every call (``algorithm="shm"``) beside ranks that
+    repeat through their runners, in the same calls; a kept call given a timeout. Every call
+    has new data; the communicator stays usable throughout."""
+    p, r = comm.size, comm.rank
+    errors: list[str] = []
+    n = 3
+    base = np.arange(p * n, dtype=np.float64)
+    for k in range(6):
+        send = (base + 100 * r + k).reshape(p, n)  # 2-D send, 1-D recv
+        out = np.full(p * n, -1.0)
+        comm.alltoall(send, out)
+        want = np.concatenate([base[r * n : (r + 1) * n] + 100 * i + k for i in range(p)])
+        if not np.array_equal(out, want):
+            errors.append(f"alltoall of a 2-D sendbuf, call {k}: {out}")
+        red = np.full(p * n, -1.0)
+        comm.allreduce(send, red)
+        if not np.array_equal(red, sum(base + 100 * i + k for i in range(p))):
+            errors.append(f"allreduce of a 2-D sendbuf, call {k}: {red}")
+        mine = np.full(n, -1.0)
+        comm.reduce_scatter_block(send, mine)
+        if not np.array_equal(mine, sum(base[r * n : (r + 1) * n] + 100 * i + k
+                                        for i in range(p))):
+            errors.append(f"reduce_scatter_block of a 2-D sendbuf, call {k}: {mine}")
+    # rank 0 takes the checked path each call, the others their runners (after the first)
+    kw: dict[str, Any] = {"algorithm": "shm"} if r == 0 and p > 1 else {}
+    a = np.zeros(n)
+    b = np.zeros(n)
+    g = np.zeros(p * n)
+    kept_before = None
+    for k in range(8):
+        a[:] = np.arange(n) + 10 * r + k
+        comm.allreduce(a, b, **kw)
+        if not np.array_equal(b, sum(np.arange(n) + 10 * i + k for i in range(p))):
+            errors.append(f"mixed allreduce {k}: {b}")
+        comm.allgather(a, g, **kw)
+        if not np.array_equal(g, np.concatenate([np.arange(n) + 10 * i + k
+                                                 for i in range(p)])):
+            errors.append(f"mixed allgather {k}: {g}")
+        for root in {0, p - 1}:
+            buf = (np.arange(n) + 1000.0 * root + k) if r == root else np.full(n, -1.0)
+            comm.bcast(buf, root, **kw)
+            if not np.array_equal(buf, np.arange(n) + 1000 * root + k):
+                errors.append(f"mixed bcast {k} from {root}: {buf}")
+        if r == 0 and p > 1:  # the checked path keeps the shape's runner, not a new one
+            kept = comm._cache.last["allreduce"][5]
+            if k and kept is not kept_before:
+                errors.append(f"call {k} with algorithm='shm' made a new runner")
+            kept_before = kept
+    # a kept call given a timeout (it begins through the checks), then without one again
+    for k, timeout in enumerate((5.0, None, 5.0, None)):
+        a[:] = np.arange(n) * 3 + r + k
+        comm.allreduce(a, b, timeout=timeout)
+        if not np.array_equal(b, sum(np.arange(n) * 3 + i + k for i in range(p))):
+            errors.append(f"allreduce with timeout={timeout}: {b}")
+    return errors
+
+
+@pytest.mark.parametrize("size", [1, 2, 3])
+def test_repeats_of_other_shapes_paths_and_timeouts(size: int) -> None:
+    results = run_processes(size, _shapes_and_paths, transport="shm", timeout=60)
+    assert [e for errs in results for e in errs] == []

@@ -14,7 +14,7 @@ import weakref
 import zlib
 from collections.abc import Callable, Collection
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
@@ -242,7 +242,8 @@ class Arena(RaceCalls):
         """Wait until every rank has reached this point (a barrier over shared counters).
 
         ``arrive=False`` is :meth:`await_all`, ``wait=False`` :meth:`arrive` (one function:
-        a sync is most of a small call's cost, and each call of a method adds to it).
+        a sync is most of a small call's cost, and each call of a method adds to it; ``wait``
+        is read only where this rank arrives).
 
         Raises:
             Timeout, PeerFailure: as :meth:`Channel.spin_until`.
@@ -543,7 +544,7 @@ class Arena(RaceCalls):
             if c[word] >> 32 == want:  # (of two such roots, the later one sees it)
                 self._two_roots(word, want)
 
-    def _two_roots(self, word: int, want: int) -> None:
+    def _two_roots(self, word: int, want: int) -> NoReturn:
         """Raise MismatchError: a peer stamped eager call ``want`` in its ring's ``word`` too
         (it and this rank both called the broadcast as its root)."""
         me = self.chan.rank

@@ -178,10 +178,12 @@ class CallCache:
              sig: tuple[int, int, str], run: Callable[..., None],
              quick: Callable[[Array, Array], Callable[..., None] | None] | None = None) -> None:
         """Remember ``call``'s shape, just run in the shared windows as ``run(arena, sb, rb,
-        ...)``, for :meth:`again`, if ``sb`` and ``rb`` are the user's numpy arrays (or flat
-        views of them: contiguous arrays always give those) and the call needs no finishing.
-        ``quick(s, r)``, if given, may return a runner made for the arrays that repeats pass
-        (``s`` and ``r``: the user's, flat, or their byte views), kept in place of ``run``."""
+        ...)``, for :meth:`again`, if ``sendbuf`` and ``recvbuf`` (the user's) are numpy
+        arrays (or IN_PLACE) and the call needs no finishing; a repeat runs ``run`` on them,
+        flat (or on their byte views, for an adapter's raw key). ``quick(s, r)``, if given,
+        may return a runner made for such arrays ``s`` and ``r``, kept in place of ``run``:
+        made once per shape (a shape kept already keeps its runner: a caller that passes
+        ``algorithm`` comes here every call)."""
         nd = self.ndarray = type(rb)
         if call.finish is not None or type(recvbuf) is not nd:
             return
@@ -193,27 +195,35 @@ class CallCache:
             send = weakref.ref(sendbuf)
         else:
             return
+        key = _shape_key(call.collective, extra, sendbuf, recvbuf)
+        try:
+            kept = self.shapes.get(key)
+        except TypeError:  # an unhashable op or root (accepted by the checks): not kept
+            return
+        if kept is None or kept.sig != sig:
+            kept = Kept(sig, self._runner(sendbuf, recvbuf, extra, run, quick), call.op,
+                        call.spec.root)
+            if len(self.shapes) < LIMIT:
+                self.shapes[key] = kept
+        self._remember(call.collective, sendbuf, send, recvbuf, extra, kept)
+
+    @staticmethod
+    def _runner(sendbuf: Any, recvbuf: Array, extra: Any, run: Callable[..., None],
+                quick: Callable[[Array, Array], Callable[..., None] | None] | None
+                ) -> Callable[..., None]:
+        """What a repeat of this call runs (see :meth:`keep`)."""
         raw = type(extra) is AdapterKey and extra.raw
         if quick is not None and recvbuf.flags.c_contiguous and (
                 sendbuf is IN_PLACE or sendbuf.flags.c_contiguous):
             # the arrays of a repeat: the user's, flat (Communicator._again), or their byte
-            # views (_OnBytes), which need not be ``sb`` and ``rb`` (ringworld.MPI's Bcast
-            # runs on byte views and repeats on the typed arrays)
+            # views (_OnBytes), which need not be those the call ran on (ringworld.MPI's
+            # Bcast runs on byte views and repeats on the typed arrays)
             r = recvbuf.reshape(-1)
             s = r if sendbuf is IN_PLACE else sendbuf.reshape(-1)
             if raw:
                 r, s = r.view("u1"), s.view("u1")
             run = quick(s, r) or run
-        if raw:
-            run = _OnBytes(run)
-        key = _shape_key(call.collective, extra, sendbuf, recvbuf)
-        kept = Kept(sig, run, call.op, call.spec.root)
-        try:
-            if len(self.shapes) < LIMIT:
-                self.shapes[key] = kept
-        except TypeError:  # an unhashable op or root (accepted by the checks): not kept
-            return
-        self._remember(call.collective, sendbuf, send, recvbuf, extra, kept)
+        return _OnBytes(run) if raw else run
 
     def _remember(self, coll: str, sendbuf: Any, send: Callable[[], Any], recvbuf: Any,
                   extra: Any, kept: Kept) -> None:

@@ -335,10 +335,8 @@ class Communicator(CommManagement):
                 return False
             sig, run, op, root = kept
         self.last_algorithm = SHM
-        rb = recvbuf
-        sb = rb if sendbuf is IN_PLACE else sendbuf
-        if rb.ndim != 1:
-            rb, sb = rb.reshape(-1), sb.reshape(-1)  # views: both are contiguous
+        rb = recvbuf if recvbuf.ndim == 1 else recvbuf.reshape(-1)  # views: both contiguous
+        sb = rb if sendbuf is IN_PLACE else sendbuf if sendbuf.ndim == 1 else sendbuf.reshape(-1)
         a = self._kept_begin(coll, timeout, sig)
         try:
             run(a, sb, rb, op, root)

@@ -138,6 +138,8 @@ class CollectiveCore(ObjectCollectives):
         if timeout is not None:
             check_timeout(timeout)  # before the call's number is taken: a local error
         e = self._engine
+        # (Communicator._kept_begin skips this method where none of these flags is up: a
+        # check added here must be added to its test too)
         if e.mismatched or e.remote_mismatches or e.strays or e.revoked:
             self._check_open()  # revoked (the repeat path checks nothing before this)
             e.check_mismatched(self.coll_context)  # the sequence broke earlier
