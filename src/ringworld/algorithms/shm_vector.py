@@ -132,36 +132,6 @@ def _pack(head: memoryview, out: Array, counts: Sequence[int], displs: Sequence[
             at += n
 
 
-def _root_plan(per: dict[Any, Any], spec: Spec, cap: int, scatter: bool
-               ) -> tuple[memoryview, bool, list[tuple[int, int, int]]]:
-    """A gatherv's or (``scatter``) scatterv's root's header words through the slots (as
-    :func:`_pack` writes them: large, the counts, where each block lies), whether some other
-    block is too large for them (``cap`` elements: a gatherv's any one block, a scatterv's all
-    together), and a scatterv's moves into its slot ((at, from, count) for each other rank's
-    block; none where large). Made once per spec and ``cap`` (a repeat passes the same spec):
-    the root of an 8-byte gatherv wrote its 2p + 1 words one by one every call."""
-    key = ("root", id(spec), cap, scatter)
-    found = per.get(key)
-    if found is None or found[0] is not spec:
-        c, d, r = spec.counts, spec.displs, spec.rank
-        assert c is not None and d is not None
-        others = [i for i in range(len(c)) if i != r]
-        large = (sum(c[i] for i in others) > cap if scatter
-                 else any(c[i] > cap for i in others))
-        where = list(d)
-        moves = []
-        if scatter and not large:  # packed, in rank order, the root's own block left out
-            at = 0
-            for i, n in enumerate(c):
-                where[i] = at
-                if i != r:
-                    moves.append((at, d[i], n))
-                    at += n
-        words = np.array([int(large), *c, *where], dtype=np.int64)
-        found = per[key] = (spec, words.data.cast("B").cast("q"), large, moves)
-    return found[1], found[2], found[3]
-
-
 def _mismatch(a: Arena, text: str) -> MismatchError:
     """A disagreement seen after a sync every rank passed: the windows stay usable."""
     exc = MismatchError(f"{a.what}: {text}")
@@ -214,8 +184,10 @@ def gatherv(a: Arena, spec: Spec, send: Array, recv: Array, op: Op | None = None
     head, data, cap = _views(a, send.dtype)
     mine = head[r]
     if r == root:
-        words, large, _ = _root_plan(a.vector_views, spec, cap, False)
-        mine[: len(words)] = words
+        mine[0] = large = any(n > cap for i, n in enumerate(c) if i != r)
+        for i, n in enumerate(c):
+            mine[1 + i] = n
+            mine[1 + p + i] = d[i]
         if large and a.direct:
             a.publish(0, recv)
     else:
@@ -352,11 +324,8 @@ def _scatterv_slots(a: Arena, spec: Spec, send: Array, recv: Array) -> bool:
     if r == root:
         c, d = spec.counts, spec.displs
         assert c is not None and d is not None
-        words, large, moves = _root_plan(a.vector_views, spec, cap, True)
-        head[r][: len(words)] = words  # (as _pack writes them)
-        out = data[r]
-        for at, lo, n in moves:
-            out[at : at + n] = send[lo : lo + n]
+        large = sum(c) - c[r] > cap
+        _pack(head[r], data[r], c, d, send, r, large)
         if large and a.direct:
             a.publish(0, send)
         a.sync()
