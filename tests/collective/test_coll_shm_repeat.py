@@ -701,3 +701,38 @@ def _shapes_and_paths(comm: ringworld.Communicator) -> list[str]:
 def test_repeats_of_other_shapes_paths_and_timeouts(size: int) -> None:
     results = run_processes(size, _shapes_and_paths, transport="shm", timeout=60)
     assert [e for errs in results for e in errs] == []
+
+
+def _one_off_shapes(comm: ringworld.Communicator) -> list[str]:
+    """Calls of a new size every time make no runner (a bcast's would make 32 ring views);
+    the first repeat of a shape makes one, and the shape's entries then hold it."""
+    r = comm.rank
+    errors: list[str] = []
+    comm.barrier()
+    comm.bcast(np.zeros(1), 0)  # (maps the windows)
+    arena = comm._arena
+    before = len(arena._ring_cache)
+    for k in range(2, 22):
+        buf = np.arange(k, dtype=np.float64) + 7 if r == 0 else np.zeros(k)
+        comm.bcast(buf, 0)
+        if not np.array_equal(buf, np.arange(k) + 7):
+            errors.append(f"one-off bcast of {k}: {buf}")
+    grown = len(arena._ring_cache) - before
+    if grown > 40:  # one view a call (the general path's), not 32 (a runner's)
+        errors.append(f"20 one-off broadcasts made {grown} ring views")
+    buf = np.zeros(5)
+    for k in range(3):  # the first call is checked, the next two repeat it
+        buf[:] = np.arange(5) + k if r == 0 else -1
+        comm.bcast(buf, 0)
+        if not np.array_equal(buf, np.arange(5) + k):
+            errors.append(f"repeated bcast {k}: {buf}")
+    if comm._cache.last["bcast"][5] is shm_collectives.RUN["bcast"] or type(
+            comm._cache.last["bcast"][5]).__name__ == "_FirstRepeat":
+        errors.append("a repeated bcast does not run its runner directly")
+    return errors
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_one_off_shapes_make_no_runner(size: int) -> None:
+    results = run_processes(size, _one_off_shapes, transport="shm", timeout=60)
+    assert [e for errs in results for e in errs] == []

@@ -97,13 +97,38 @@ class _OnBytes:
         u8 = self.u8
         rb = recvbuf.reshape(-1).view(u8)
         sb = rb if len(arrays) == 1 else sendbuf.reshape(-1).view(u8)
-        run = self.run
 
         def on_held(arena: Any, _sendbuf: Array, _recvbuf: Array, op: Op | None,
                     root: int) -> None:
-            run(arena, sb, rb, op, root)
+            self.run(arena, sb, rb, op, root)  # (read each call: see _FirstRepeat)
 
         return on_held
+
+
+class _FirstRepeat:
+    """A kept call's ``run`` until the shape repeats: the first repeat asks ``make(s, r)``
+    for a runner made for the arrays it passes (``shm_repeat.quick``: views made once), runs
+    that (or ``run``) from then on, and points the cache's entries for the shape at it, so
+    that later repeats call it directly. A shape that never repeats (a new size every call)
+    never makes one: a bcast's runner makes 32 views (np=2, a new size every call: 9.9 us a
+    call without runners, 45.6 with one made on every first call)."""
+
+    __slots__ = ("cache", "coll", "key", "make", "run")
+
+    def __init__(self, cache: CallCache, coll: str, key: tuple[Any, ...],
+                 make: Callable[[Array, Array], Callable[..., None] | None],
+                 run: Callable[..., None]) -> None:
+        self.cache, self.coll, self.key, self.run = cache, coll, key, run
+        self.make: Callable[[Array, Array], Callable[..., None] | None] | None = make
+
+    def __call__(self, arena: Any, sendbuf: Array, recvbuf: Array, op: Op | None,
+                 root: int) -> None:
+        make = self.make
+        if make is not None:
+            self.make = None
+            self.run = make(sendbuf, recvbuf) or self.run
+            self.cache.adopt(self.coll, self.key, self, self.run)
+        self.run(arena, sendbuf, recvbuf, op, root)
 
 
 class Kept(NamedTuple):
@@ -181,9 +206,9 @@ class CallCache:
         ...)``, for :meth:`again`, if ``sendbuf`` and ``recvbuf`` (the user's) are numpy
         arrays (or IN_PLACE) and the call needs no finishing; a repeat runs ``run`` on them,
         flat (or on their byte views, for an adapter's raw key). ``quick(s, r)``, if given,
-        may return a runner made for such arrays ``s`` and ``r``, kept in place of ``run``:
-        made once per shape (a shape kept already keeps its runner: a caller that passes
-        ``algorithm`` comes here every call)."""
+        may return a runner made for such arrays ``s`` and ``r``, made by the shape's first
+        repeat and run in place of ``run`` from then on (a shape kept already keeps its
+        entry: a caller that passes ``algorithm`` comes here every call)."""
         nd = self.ndarray = type(rb)
         if call.finish is not None or type(recvbuf) is not nd:
             return
@@ -201,29 +226,28 @@ class CallCache:
         except TypeError:  # an unhashable op or root (accepted by the checks): not kept
             return
         if kept is None or kept.sig != sig:
-            kept = Kept(sig, self._runner(sendbuf, recvbuf, extra, run, quick), call.op,
-                        call.spec.root)
+            if quick is not None:  # made by the first repeat, from the arrays it passes
+                run = _FirstRepeat(self, call.collective, key, quick, run)
+            if type(extra) is AdapterKey and extra.raw:
+                run = _OnBytes(run)
+            kept = Kept(sig, run, call.op, call.spec.root)
             if len(self.shapes) < LIMIT:
                 self.shapes[key] = kept
         self._remember(call.collective, sendbuf, send, recvbuf, extra, kept)
 
-    @staticmethod
-    def _runner(sendbuf: Any, recvbuf: Array, extra: Any, run: Callable[..., None],
-                quick: Callable[[Array, Array], Callable[..., None] | None] | None
-                ) -> Callable[..., None]:
-        """What a repeat of this call runs (see :meth:`keep`)."""
-        raw = type(extra) is AdapterKey and extra.raw
-        if quick is not None and recvbuf.flags.c_contiguous and (
-                sendbuf is IN_PLACE or sendbuf.flags.c_contiguous):
-            # the arrays of a repeat: the user's, flat (Communicator._again), or their byte
-            # views (_OnBytes), which need not be those the call ran on (ringworld.MPI's
-            # Bcast runs on byte views and repeats on the typed arrays)
-            r = recvbuf.reshape(-1)
-            s = r if sendbuf is IN_PLACE else sendbuf.reshape(-1)
-            if raw:
-                r, s = r.view("u1"), s.view("u1")
-            run = quick(s, r) or run
-        return _OnBytes(run) if raw else run
+    def adopt(self, coll: str, key: tuple[Any, ...], first: _FirstRepeat,
+              run: Callable[..., None]) -> None:
+        """Run ``run`` in place of ``first`` for the shape ``key`` of ``coll`` (see
+        :class:`_FirstRepeat`), in its kept entry and in ``coll``'s last call."""
+        kept = self.shapes.get(key)
+        if kept is not None:
+            if kept.run is first:
+                self.shapes[key] = kept._replace(run=run)
+            elif type(kept.run) is _OnBytes and kept.run.run is first:
+                kept.run.run = run  # (its bound views read it each call)
+        last = self.last.get(coll)
+        if last is not None and last[5] is first:
+            self.last[coll] = (*last[:5], run, *last[6:])
 
     def _remember(self, coll: str, sendbuf: Any, send: Callable[[], Any], recvbuf: Any,
                   extra: Any, kept: Kept) -> None:
