@@ -11,6 +11,12 @@ blocks, with and without it: allreduce 3.53 -> 2.80 us, allgather 3.73 -> 2.89, 
 -> 3.02, reduce_scatter_block 4.28 -> 3.04; np=4 on two cores within the noise (+2% to -12%).
 A small bcast is one entry of the root's eager ring: its runner is the arena's
 (:meth:`~ringworld.algorithms.shm_arena.Arena.bcast_runner`; 3.25 -> 2.25 us).
+
+The v-variants' repeats (:func:`quick_vector`) do the same for
+:mod:`ringworld.algorithms.shm_vector`'s slot paths: the slots' header and data views of both
+parities, this rank's header words (its counts and where its blocks lie) and its blocks'
+places, made once; a header word that says anything but the usual (a peer's large blocks, a
+count this rank does not expect) hands the rest of the call to shm_vector's own steps.
 """
 
 from __future__ import annotations
@@ -22,13 +28,24 @@ import numpy as np
 
 from ringworld.algorithms.shm_arena import EAGER_SMALL
 from ringworld.algorithms.shm_collectives import _combine_in_rank_order
+from ringworld.algorithms.shm_vector import (
+    alltoallv_take,
+    gatherv_sent,
+    scatterv_got,
+    slot_views,
+    wrong_block,
+)
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from ringworld.algorithms.schedule import Spec
     from ringworld.algorithms.shm_arena import Arena
     from ringworld.comm.ops import Op
 
 Array = np.ndarray[Any, Any]
 Runner = Callable[["Arena", Array, Array, "Op | None", int], None]
+VRunner = Callable[["Arena", "Spec", Array, Array, "Op | None"], bool]
 
 
 def quick(a: Arena, coll: str, send: Array, recv: Array, op: Op | None,
@@ -98,3 +115,180 @@ def _gather(a: Arena, views: tuple[list[Array], list[Array]],
         concatenate(ins[e], out=recv)
 
     return run
+
+
+def quick_vector(a: Arena, coll: str, spec: Spec, send: Array, recv: Array
+                 ) -> VRunner | None:
+    """A runner of the v-variant ``coll`` on ``a`` with ``shm_vector.RUN[coll]``'s arguments
+    and return (its ``a`` and ``spec`` are those given here), for flat arrays of ``send``'s
+    and ``recv``'s dtype and size, that takes the same steps; None where such a call does not
+    go through the slots with every block of this rank's in its slot (ranks that share cores
+    take the eager rings; large blocks, reduce_scatter). Cost: the slots' views and this
+    rank's header words, once."""
+    if a.crowded or coll == "reduce_scatter":
+        return None
+    dt = send.dtype if coll == "gatherv" else recv.dtype
+    views = (slot_views(a, 1, dt), slot_views(a, 0, dt))  # (by the epoch's parity)
+    heads, datas = (views[0][0], views[1][0]), (views[0][1], views[1][1])
+    cap, r, root = views[0][2], a.chan.rank, spec.root
+    if coll == "gatherv" and r != root:  # (the counts are the root's)
+        return None if send.size > cap else _gatherv_sender(a, root, send.size, heads, datas)
+    if coll == "scatterv" and r != root:
+        return _scatterv_receiver(a, root, recv.size, heads, datas)
+    c, d = spec.counts, spec.displs
+    assert c is not None and d is not None
+    if coll == "allgatherv":
+        return None if max(c) > cap else _allgatherv(a, c, d, datas, recv.size)
+    if coll == "gatherv":
+        if any(n > cap for i, n in enumerate(c) if i != r):
+            return None
+        return _gatherv_root(a, c, d, heads, datas)
+    if sum(c) - c[r] > cap:  # (a scatterv's root, an alltoallv rank: blocks into its slot)
+        return None
+    own = slice(d[r], d[r] + c[r]) if coll == "scatterv" else None
+    return _put_then(a, spec, own, heads, datas)
+
+
+_Pair = tuple[list[Any], list[Any]]  # (per epoch parity: every rank's header, or its data)
+
+
+def _allgatherv(a: Arena, c: Sequence[int], d: Sequence[int], datas: _Pair, size: int
+                ) -> VRunner:
+    """Copy in, sync, copy every rank's block out of its slot (one ``np.concatenate`` where
+    the displacements pack the blocks in rank order)."""
+    r = a.chan.rank
+    mine = tuple(x[r][: c[r]] for x in datas)
+    blocks = tuple(tuple(x[i][:n] for i, n in enumerate(c)) for x in datas)
+    spans = [(lo, lo + n) for lo, n in zip(d, c, strict=True)]
+    if spans == [(sum(c[:i]), sum(c[: i + 1])) for i in range(len(c))] and size == sum(c):
+        concatenate = np.concatenate
+
+        def packed(_: Arena, _s: Spec, send: Array, recv: Array, _op: Op | None) -> bool:
+            e = a.epoch & 1
+            mine[e][...] = send
+            a.sync()
+            concatenate(blocks[e], out=recv)
+            return True
+
+        return packed
+
+    def run(_: Arena, _s: Spec, send: Array, recv: Array, _op: Op | None) -> bool:
+        e = a.epoch & 1
+        mine[e][...] = send
+        a.sync()
+        for (lo, hi), b in zip(spans, blocks[e], strict=True):
+            recv[lo:hi] = b
+        return True
+
+    return run
+
+
+def _gatherv_sender(a: Arena, root: int, n: int, heads: _Pair, datas: _Pair) -> VRunner:
+    """Count and block into this rank's slot, sync; the root's header read as
+    :func:`~ringworld.algorithms.shm_vector.gatherv_sent` reads it where it says anything but
+    this block's count, in the slots."""
+    r = a.chan.rank
+    mine = tuple(h[r] for h in heads)
+    data = tuple(x[r][:n] for x in datas)
+    lead = tuple(h[root] for h in heads)
+
+    def run(_: Arena, _s: Spec, send: Array, _recv: Array, _op: Op | None) -> bool:
+        e = a.epoch & 1
+        mine[e][0] = n
+        data[e][...] = send
+        a.sync()
+        h = lead[e]
+        if h[0] or h[1 + r] != n:
+            return gatherv_sent(a, root, send, h)
+        return True
+
+    return run
+
+
+def _gatherv_root(a: Arena, c: Sequence[int], d: Sequence[int], heads: _Pair, datas: _Pair
+                  ) -> VRunner:
+    """The root's header (not large, its counts and displacements) as one prepared block,
+    sync, every other rank's block out of its slot where its count is the root's."""
+    r, p = a.chan.rank, a.chan.size
+    words = _words([0, *c, *d])
+    mine = tuple(h[r][: len(words)] for h in heads)
+    others = [(i, d[i], d[i] + c[i], c[i]) for i in range(p) if i != r]
+    ins = tuple([(h[i], x[i][:n]) for i, _, _, n in others] for h, x in zip(heads, datas,
+                                                                             strict=True))
+    own = slice(d[r], d[r] + c[r])
+
+    def run(_: Arena, _s: Spec, send: Array, recv: Array, _op: Op | None) -> bool:
+        e = a.epoch & 1
+        mine[e][:] = words
+        a.sync()
+        bad = -1
+        for (i, lo, hi, n), (h, src) in zip(others, ins[e], strict=True):
+            if h[0] == n:
+                recv[lo:hi] = src
+            elif bad < 0:
+                bad = i
+        recv[own] = send  # (in place: the same bytes onto themselves)
+        if bad >= 0:
+            raise wrong_block(a, bad, heads[e][bad][0], c)
+        return True
+
+    return run
+
+
+def _scatterv_receiver(a: Arena, root: int, n: int, heads: _Pair, datas: _Pair) -> VRunner:
+    """Sync, this rank's block out of the root's slot, where the root's header says what
+    :func:`~ringworld.algorithms.shm_vector.scatterv_got` would take there."""
+    r, p = a.chan.rank, a.chan.size
+    lead = tuple(h[root] for h in heads)
+    data = tuple(x[root] for x in datas)
+
+    def run(_: Arena, _s: Spec, _send: Array, recv: Array, _op: Op | None) -> bool:
+        e = a.epoch & 1
+        a.sync()
+        h = lead[e]
+        if h[0] or h[1 + r] != n:
+            return scatterv_got(a, root, recv, h, data[e])
+        at = h[1 + p + r]
+        recv[...] = data[e][at : at + n]
+        return True
+
+    return run
+
+
+def _put_then(a: Arena, spec: Spec, own: slice | None, heads: _Pair, datas: _Pair
+              ) -> VRunner:
+    """Header and blocks into this rank's slot (as ``shm_vector._pack`` lays them out), sync,
+    then: a scatterv root's own block out of its ``send`` at ``own``, or (None) an alltoallv's
+    blocks out of every rank's slot by their headers
+    (:func:`~ringworld.algorithms.shm_vector.alltoallv_take`)."""
+    r = a.chan.rank
+    c, d = spec.counts, spec.displs
+    assert c is not None and d is not None
+    at, where = 0, []
+    for i, n in enumerate(c):
+        where.append(at)
+        if i != r:
+            at += n
+    words = _words([0, *c, *where])
+    mine = tuple(h[r][: len(words)] for h in heads)
+    packs = tuple([(d[i], d[i] + n, x[r][where[i] : where[i] + n])
+                   for i, n in enumerate(c) if i != r and n] for x in datas)
+
+    def run(_: Arena, _s: Spec, send: Array, recv: Array, _op: Op | None) -> bool:
+        e = a.epoch & 1
+        mine[e][:] = words
+        for lo, hi, dst in packs[e]:
+            dst[...] = send[lo:hi]
+        a.sync()
+        if own is not None:
+            recv[...] = send[own]  # (in place: the same bytes onto themselves)
+            return True
+        return alltoallv_take(a, spec, send, recv, heads[e], datas[e])
+
+    return run
+
+
+def _words(values: list[int]) -> memoryview:
+    """``values`` as int64 words, in the format of the headers' views (a slice of one is
+    assigned them in one copy)."""
+    return memoryview(np.array(values, np.int64).tobytes()).cast("q")

@@ -266,10 +266,11 @@ class CallCache:
         (or None, a side this rank does not pass), ``key`` (its counts, displs and root or op,
         as passed) holds lists, tuples, ints, None, op names or ops, and it needs no
         finishing. Entry: the buffers' shapes (None for a None), a copy of ``key``, the dtype,
-        ``sig``, the call's spec and size, the empty stand-ins of a side passed as None, and
-        the resolved op. No buffer is held: a later call on any arrays of these dtypes and
-        shapes passes the checks alike (a fresh view of the same memory each call, as
-        ``ringworld.MPI`` passes)."""
+        ``sig``, the call's spec and size, the empty stand-ins of a side passed as None, the
+        resolved op, and its runner (None until the first repeat makes one: see
+        ``Communicator._rerun_vector``). No buffer is held: a later call on any arrays of
+        these dtypes and shapes passes the checks alike (a fresh view of the same memory each
+        call, as ``ringworld.MPI`` passes)."""
         nd = self.ndarray = type(call.arrays[1])
         if call.finish is not None or call.in_place:
             return
@@ -292,7 +293,7 @@ class CallCache:
         self.vector[call.collective] = (
             shapes[0], shapes[1], tuple(copy), call.arrays[1].dtype, sig, call.spec, call.nbytes,
             call.arrays[0] if sendbuf is None else None,
-            call.arrays[1] if recvbuf is None else None, call.op)
+            call.arrays[1] if recvbuf is None else None, call.op, None)
 
     def op(self, op: Any, *arrays: Array) -> Op:
         """``op`` resolved, and checked against the dtype of the first non-empty array (every

@@ -297,8 +297,13 @@ class Communicator(CommManagement):
             sb = sb.reshape(-1)
         a = self._kept_begin(coll, timeout, last[4])
         self.last_algorithm = SHM
+        run = last[10]
+        if run is None:  # the first repeat: a runner made for the shape (see shm_repeat)
+            run = shm_repeat.quick_vector(a, coll, last[5], sb, rb) or shm_vector.RUN[coll]
+            if self._cache.vector.get(coll) is last:
+                self._cache.vector[coll] = (*last[:10], run)
         try:  # (_vector_in_shared's, written out: one Python call fewer a repeat)
-            done = shm_vector.RUN[coll](a, last[5], sb, rb, last[9])
+            done = run(a, last[5], sb, rb, last[9])
         except BaseException as exc:
             a.abandon(exc)
             raise
