@@ -437,10 +437,12 @@ def test_repeats_take_new_arrays_of_the_same_shapes() -> None:
 
 
 def _mpi_views(comm: ringworld.Communicator) -> list[str]:
-    """ringworld.MPI's v-calls on views of other buffers (which its kept call cannot hold)
-    repeat with their views made again: right results while data and counts change, and no
-    buffer kept alive."""
+    """ringworld.MPI's v-calls on views of other buffers repeat: right results while data and
+    counts change. Views of a small numpy array's memory are held by the kept call until the
+    next call of another shape (or Free); views of an mmap's memory (which a held view would
+    keep from closing) are made again each call, and hold nothing."""
     import gc
+    import mmap
     import weakref
 
     c = MPI.COMM_WORLD
@@ -467,8 +469,27 @@ def _mpi_views(comm: ringworld.Communicator) -> list[str]:
     held = weakref.ref(base)
     del base, recv
     gc.collect()
+    if held() is None:
+        errors.append("the kept call made its views again (it may hold small numpy memory)")
+    other = np.zeros(3 * p)  # a call of another shape: the kept call's views go
+    c.Allgatherv([np.zeros(3), MPI.DOUBLE], [other, [3] * p, MPI.DOUBLE])
+    gc.collect()
     if held() is not None:
-        errors.append("the kept call holds a view's buffer")
+        errors.append("a call of another shape left the last one's buffer held")
+    mm = mmap.mmap(-1, 8 * (2 * p + 2))
+    whole = np.frombuffer(mm, dtype=np.float64)  # (its base: the mmap, not a numpy array)
+    send, recv = whole[:2], whole[2 : 2 + 2 * p]
+    for k in range(3):
+        send[:] = _block(r, 2, k)
+        c.Allgatherv([send, MPI.DOUBLE], [recv, ([2] * p, None), MPI.DOUBLE])
+        if not np.array_equal(recv, np.concatenate([_block(i, 2, k) for i in range(p)])):
+            errors.append(f"Allgatherv on an mmap's views, round {k}: {recv}")
+    del whole, send, recv
+    gc.collect()
+    try:
+        mm.close()  # (BufferError while any view of it lives)
+    except BufferError:
+        errors.append("the kept call holds a view of an mmap")
     return errors
 
 

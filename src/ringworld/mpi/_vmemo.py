@@ -8,10 +8,10 @@ displacements as they were, and its buffers as views of this call's arrays, and 
 call that kept call ran again without the native repeat's checks of shapes and counts, which
 this match has made (``Communicator._again_kept_vector``). The kept call knows its arrays by
 weak reference, and each argument that was a view of one of them by where that array sits in
-the specs and the view's dtype: the view is made again each call (0.1-0.2 us), or where the
-array is small and owns its memory (``HELD_BYTES``, as ``collective.cache`` holds the
-equal-block calls' byte views) kept, which holds the array until the next call of that
-method on the communicator, or ``Free``.
+the specs and the view's dtype: the view is made again each call (0.1-0.3 us), or where the
+memory under the array is a small numpy array's (``collective.cache.may_hold``, as that module
+holds the equal-block calls' byte views) kept, which holds that memory until the next call of
+that method on the communicator, or ``Free``.
 
 A spec matches the kept one when its arrays (C-contiguous numpy arrays) and predefined
 datatypes are the same objects and its counts and displacements (lists or tuples of ints,
@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 import ringworld
-from ringworld.collective.cache import HELD_BYTES
+from ringworld.collective.cache import may_hold
 from ringworld.comm import hooks
 from ringworld.mpi._buffer import SIMPLE_DTYPES
 from ringworld.mpi._constants import IN_PLACE
@@ -226,9 +226,9 @@ def keep(native: ringworld.Communicator, where: str, parts: tuple[Any, ...],
             i, j, a = whose[0]
             if i == 1:  # (the receive spec's array: written into)
                 written.add((i, j))
-            # a view of that array, as this dtype: kept where it may hold the array (small and
-            # owning its memory, as collective.cache's byte views), else made again each call
-            if a.base is None and a.nbytes <= HELD_BYTES:
+            # a view of that array, as this dtype: kept where it may hold the memory under it
+            # (small numpy memory, as collective.cache's byte views), else made again each call
+            if may_hold(a):
                 fixed.append(arg)
             else:
                 fixed.append(None)
