@@ -210,10 +210,9 @@ class PointToPoint:
             TypeError / ValueError: bad ``buf``, ``dest`` or ``tag``.
             Timeout, PeerFailure: see :meth:`Request.wait`.
         """
-        try:  # the common case inline: a contiguous buffer (a typed one cast to bytes here)
-            view = memoryview(buf)
-            if view.ndim != 1 or view.format != "B" or not view.c_contiguous:
-                view = view.cast("B") if view.c_contiguous else send_view(buf, "buf")
+        try:  # the common case inline: a C-contiguous buffer, as bytes (a cast of another
+            # one raises TypeError; cast unasked, as one call: 0.05 us less than testing first)
+            view = memoryview(buf).cast("B")
         except TypeError:
             try:
                 view = send_view(buf, "buf")  # raises with a clear message
@@ -269,12 +268,11 @@ class PointToPoint:
             TruncationError: the message is larger than ``buf`` (``buf`` is left untouched).
             Timeout, PeerFailure: see :meth:`Request.wait`.
         """
-        try:  # the common case inline: a writable contiguous buffer (cast to bytes here)
-            view = memoryview(buf)
-            if view.readonly or view.ndim != 1 or view.format != "B" or not view.c_contiguous:
-                view = (view.cast("B") if view.c_contiguous and not view.readonly
-                        else recv_view(buf, "buf"))
+        try:  # the common case inline: a writable C-contiguous buffer, as bytes (see send)
+            view: memoryview | None = memoryview(buf).cast("B")
         except TypeError:
+            view = None
+        if view is None or view.readonly:
             try:
                 view = recv_view(buf, "buf")  # raises with a clear message
             except foreign.DeviceBuffer as exc:
