@@ -217,16 +217,6 @@ class Communicator(CommManagement):
         self.last_algorithm = f"{SHM}+{algo}"
         return self._go(coll, algo, spec, (sb, rb), op, True, timeout, finish)
 
-    def _run_vector(self, coll: str, prepare: Callable[..., Call], args: tuple[Any, ...],
-                    algorithm: str | None, timeout: float | None) -> None:
-        """A blocking v-variant, ``args`` its arguments (sendbuf, recvbuf, then its counts,
-        displs, root or op: what a repeat must match): its repeat (:meth:`_again_vector`), or
-        ``prepare`` through the checks, kept for the next call."""
-        sendbuf, recvbuf, key = args[0], args[1], args[2:]
-        if algorithm is None and self._again_vector(coll, sendbuf, recvbuf, key, timeout):
-            return
-        self._run(prepare, args, algorithm, True, timeout, (sendbuf, recvbuf, key))
-
     def _again_vector(self, coll: str, sendbuf: Any, recvbuf: Any, key: tuple[Any, ...],
                       timeout: float | None) -> bool:
         """A v-variant repeated on arrays of the same dtype and shapes with equal counts (see
@@ -515,8 +505,12 @@ class Communicator(CommManagement):
         Raises:
             TypeError / ValueError, Timeout, PeerFailure, TruncationError.
         """
-        self._run_vector("reduce_scatter", calls.reduce_scatter, (sendbuf, recvbuf, counts, op),
-                         algorithm, timeout)
+        key = (counts, op)
+        if algorithm is None and self._again_vector("reduce_scatter", sendbuf, recvbuf, key,
+                                                    timeout):
+            return
+        self._run(calls.reduce_scatter, (sendbuf, recvbuf, *key), algorithm, True, timeout,
+                  (sendbuf, recvbuf, key))
 
     @observable("collective", start=True)
     def ireduce_scatter(self, sendbuf: Any, recvbuf: Any, counts: Sequence[int],
@@ -600,8 +594,11 @@ class Communicator(CommManagement):
         Raises:
             TypeError / ValueError, Timeout, PeerFailure, TruncationError.
         """
-        self._run_vector("gatherv", calls.gatherv, (sendbuf, recvbuf, counts, displs, root),
-                         algorithm, timeout)
+        key = (counts, displs, root)
+        if algorithm is None and self._again_vector("gatherv", sendbuf, recvbuf, key, timeout):
+            return
+        self._run(calls.gatherv, (sendbuf, recvbuf, *key), algorithm, True, timeout,
+                  (sendbuf, recvbuf, key))
 
     @observable("collective", start=True)
     def igatherv(self, sendbuf: Any, recvbuf: Any, counts: Sequence[int] | None = None,
@@ -645,8 +642,11 @@ class Communicator(CommManagement):
         Raises:
             TypeError / ValueError, Timeout, PeerFailure, TruncationError.
         """
-        self._run_vector("scatterv", calls.scatterv, (sendbuf, recvbuf, counts, displs, root),
-                         algorithm, timeout)
+        key = (counts, displs, root)
+        if algorithm is None and self._again_vector("scatterv", sendbuf, recvbuf, key, timeout):
+            return
+        self._run(calls.scatterv, (sendbuf, recvbuf, *key), algorithm, True, timeout,
+                  (sendbuf, recvbuf, key))
 
     @observable("collective", start=True)
     def iscatterv(self, sendbuf: Any, recvbuf: Any, counts: Sequence[int] | None = None,
@@ -686,8 +686,12 @@ class Communicator(CommManagement):
         Raises:
             TypeError / ValueError, Timeout, PeerFailure, TruncationError.
         """
-        self._run_vector("allgatherv", calls.allgather, (sendbuf, recvbuf, counts, displs),
-                         algorithm, timeout)
+        key = (counts, displs)
+        if algorithm is None and self._again_vector("allgatherv", sendbuf, recvbuf, key,
+                                                    timeout):
+            return
+        self._run(calls.allgather, (sendbuf, recvbuf, *key), algorithm, True, timeout,
+                  (sendbuf, recvbuf, key))
 
     @observable("collective", start=True)
     def iallgatherv(self, sendbuf: Any, recvbuf: Any, counts: Sequence[int],
@@ -729,9 +733,11 @@ class Communicator(CommManagement):
         Raises:
             TypeError / ValueError, Timeout, PeerFailure, TruncationError.
         """
-        self._run_vector("alltoallv", calls.alltoallv,
-                         (sendbuf, recvbuf, sendcounts, recvcounts, sdispls, rdispls), algorithm,
-                         timeout)
+        key = (sendcounts, recvcounts, sdispls, rdispls)
+        if algorithm is None and self._again_vector("alltoallv", sendbuf, recvbuf, key, timeout):
+            return
+        self._run(calls.alltoallv, (sendbuf, recvbuf, *key), algorithm, True, timeout,
+                  (sendbuf, recvbuf, key))
 
     @observable("collective", start=True)
     def ialltoallv(self, sendbuf: Any, recvbuf: Any, sendcounts: Sequence[int],
