@@ -122,10 +122,10 @@ def quick_vector(a: Arena, coll: str, spec: Spec, send: Array, recv: Array
     """A runner of the v-variant ``coll`` on ``a`` with ``shm_vector.RUN[coll]``'s arguments
     and return (its ``a`` and ``spec`` are those given here), for flat arrays of ``send``'s
     and ``recv``'s dtype and size, that takes the same steps; None where such a call does not
-    go through the slots with every block of this rank's in its slot (ranks that share cores
-    take the eager rings; large blocks, reduce_scatter). Cost: the slots' views and this
-    rank's header words, once."""
-    if a.crowded or coll == "reduce_scatter":
+    go through the slots with every block of this rank's in its slot (a gatherv or scatterv
+    of ranks that share cores takes the eager rings; large blocks; reduce_scatter). Cost: the
+    slots' views and this rank's header words, once."""
+    if coll == "reduce_scatter" or (a.crowded and coll in ("gatherv", "scatterv")):
         return None
     dt = send.dtype if coll == "gatherv" else recv.dtype
     views = (slot_views(a, 1, dt), slot_views(a, 0, dt))  # (by the epoch's parity)
