@@ -3,15 +3,16 @@
 on a kept call's first repeat and kept at index 10 of its ``CallCache.vector`` entry).
 
 allgatherv, gatherv and scatterv (from root 0 and from the last rank) and alltoallv, on 1, 2,
-3 and 5 ranks whose windows are not crowded (the ranks' core count patched: the runners are
-made only there), with counts that differ by rank (0, 1, 2, 3), in int8, int32, float64 and
-complex128, packed, with a gap at the end and with gaps in reverse rank order; each shape
-repeated on the same arrays and on new ones, with new data every call (per element, block and
-call), checked against numpy, the gaps left alone. After every small call each rank's slot of
+3 and 5 ranks whose windows are not crowded (the ranks' core count patched), with counts that
+differ by rank (0, 1, 2, 3), in int8, int32, float64 and complex128, packed, with a gap at the
+end and with gaps in reverse rank order; each shape repeated on the same arrays and on new
+ones, with new data every call (per element, block and call), checked against numpy, the gaps
+left alone. After every small call each rank's slot of
 that sync's parity must hold what shm_vector's own step writes there (its header words, its
 blocks): a runner that went through the other parity is caught even where no rank overtook
 another. The repeats must run a runner (not ``shm_vector.RUN``'s entry); blocks too large for
-the slots, and crowded windows, run ``RUN``'s entry.
+the slots run ``RUN``'s entry, and so do the gatherv and scatterv of crowded windows (which
+take the eager rings), while their allgatherv and alltoallv (the slots) run runners.
 
 Then: repeats with other calls between them (both slot parities); disagreements on a repeat
 (a rank that passes a new shape beside ranks that run their runners) raise MismatchError on
@@ -357,9 +358,12 @@ def _matrix(comm: ringworld.Communicator, crowded: bool) -> list[str]:
     for k, dt in enumerate(DTYPES):
         for j, (coll, root) in enumerate(_variants(p)):
             shape = Shape(coll, p, dt, shift=j + k, layout=LAYOUTS[(j + k) % 3], root=root)
-            # (ranks that share cores: allgatherv and alltoallv still take the slots, gatherv
-            # and scatterv the eager rings, which make no runner)
-            ch.slots = slots = not crowded or coll in ("allgatherv", "alltoallv")
+            # (ranks that share cores: allgatherv and alltoallv still take the slots, and so
+            # does gatherv where ranks may not write each other's memory; scatterv and that
+            # gatherv the eager rings, which make no runner)
+            a = comm._arena
+            ch.slots = slots = (not crowded or coll in ("allgatherv", "alltoallv")
+                                or (coll == "gatherv" and a is not None and not a.direct))
             ch.repeats(shape)
             ch.kept(coll, slots, repr(shape))
     if p > 1 and comm._arena is not None and comm._arena.crowded != crowded:
@@ -860,7 +864,9 @@ def test_mpi_vector_repeats_on_the_same_arrays(size: int) -> None:
 # ------------------------------------------------------------------ overlapping blocks
 def _overlapping(comm: ringworld.Communicator) -> list[str]:
     """Send blocks that overlap (legal on the send side: scatterv's root, alltoallv's
-    senders), repeated on the same arrays with new data: each block is packed on its own."""
+    senders), repeated on the same arrays with new data: each block is packed on its own. And
+    a gatherv root's receive blocks that overlap (erroneous in MPI, accepted by the checks):
+    the repeats write them in rank order, the root's own among them, as the checked call."""
     p, r = comm.size, comm.rank
     errors: list[str] = []
     counts = [PATTERN[i % 5] + 1 for i in range(p)]
@@ -894,8 +900,22 @@ def _overlapping(comm: ringworld.Communicator) -> list[str]:
         if not np.array_equal(recv, want):
             errors.append(f"alltoallv of overlapping blocks, call {t} (rank {r}): {recv} != "
                           f"{want}")
+    # gatherv to rank 0: block i (2 elements) at i, so each overlaps the next (the root's
+    # own first: written last, it would cover rank 1's first element)
+    grecv = np.empty(p + 1, F64) if r == 0 else None
+    for t in range(5):
+        if grecv is not None:
+            grecv[...] = -1
+        comm.gatherv(_values(F64, 2, r + 1, t), grecv, [2] * p if r == 0 else None,
+                     list(range(p)) if r == 0 else None, root=0)
+        if grecv is not None:
+            want = np.full(p + 1, -1.0)
+            for i in range(p):
+                want[i : i + 2] = _values(F64, 2, i + 1, t)
+            if not np.array_equal(grecv, want):
+                errors.append(f"gatherv into overlapping blocks, call {t}: {grecv} != {want}")
     if p > 1:
-        for coll in ("scatterv", "alltoallv"):
+        for coll in ("scatterv", "alltoallv", "gatherv"):
             run = comm._cache.vector[coll][10]
             if run is None or run is RUN[coll]:
                 errors.append(f"{coll} of overlapping blocks (rank {r}): kept runner {run}")

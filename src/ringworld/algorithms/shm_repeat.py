@@ -122,10 +122,12 @@ def quick_vector(a: Arena, coll: str, spec: Spec, send: Array, recv: Array
     """A runner of the v-variant ``coll`` on ``a`` with ``shm_vector.RUN[coll]``'s arguments
     and return (its ``a`` and ``spec`` are those given here), for flat arrays of ``send``'s
     and ``recv``'s dtype and size, that takes the same steps; None where such a call does not
-    go through the slots with every block of this rank's in its slot (a gatherv or scatterv
-    of ranks that share cores takes the eager rings; large blocks; reduce_scatter). Cost: the
-    slots' views and this rank's header words, once."""
-    if coll == "reduce_scatter" or (a.crowded and coll in ("gatherv", "scatterv")):
+    go through the slots with every block of this rank's in its slot (ranks that share cores
+    take the eager rings for a scatterv, and for a gatherv where they may write each other's
+    memory; large blocks; reduce_scatter). Cost: the slots' views and this rank's header
+    words, once."""
+    if (coll == "reduce_scatter" or (coll == "scatterv" and a.crowded)
+            or (coll == "gatherv" and a.crowded and a.direct)):
         return None
     dt = send.dtype if coll == "gatherv" else recv.dtype
     views = (slot_views(a, 1, dt), slot_views(a, 0, dt))  # (by the epoch's parity)
@@ -208,26 +210,28 @@ def _gatherv_sender(a: Arena, root: int, n: int, heads: _Pair, datas: _Pair) -> 
 def _gatherv_root(a: Arena, c: Sequence[int], d: Sequence[int], heads: _Pair, datas: _Pair
                   ) -> VRunner:
     """The root's header (not large, its counts and displacements) as one prepared block,
-    sync, every other rank's block out of its slot where its count is the root's."""
-    r, p = a.chan.rank, a.chan.size
+    sync, every rank's block in rank order (as gatherv writes them: where displacements
+    overlap, the later rank's lands last), the root's own from its ``send``, each other out of
+    its slot where its count is the root's."""
+    r = a.chan.rank
     words = _words([0, *c, *d])
     mine = tuple(h[r][: len(words)] for h in heads)
-    others = [(i, d[i], d[i] + c[i], c[i]) for i in range(p) if i != r]
-    ins = tuple([(h[i], x[i][:n]) for i, _, _, n in others] for h, x in zip(heads, datas,
-                                                                             strict=True))
-    own = slice(d[r], d[r] + c[r])
+    blocks = [(i, d[i], d[i] + n, n) for i, n in enumerate(c)]
+    ins = tuple([(h[i], x[i][:n]) if i != r else (None, None) for i, _, _, n in blocks]
+                for h, x in zip(heads, datas, strict=True))
 
     def run(_: Arena, _s: Spec, send: Array, recv: Array, _op: Op | None) -> bool:
         e = a.epoch & 1
         mine[e][:] = words
         a.sync()
         bad = -1
-        for (i, lo, hi, n), (h, src) in zip(others, ins[e], strict=True):
-            if h[0] == n:
+        for (i, lo, hi, n), (h, src) in zip(blocks, ins[e], strict=True):
+            if h is None:
+                recv[lo:hi] = send  # (in place: the same bytes onto themselves)
+            elif h[0] == n:
                 recv[lo:hi] = src
             elif bad < 0:
                 bad = i
-        recv[own] = send  # (in place: the same bytes onto themselves)
         if bad >= 0:
             raise wrong_block(a, bad, heads[e][bad][0], c)
         return True

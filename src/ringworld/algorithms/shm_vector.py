@@ -38,7 +38,8 @@ from ringworld.algorithms.shm_policy import EAGER_MAX, SLOT
 from ringworld.comm.ops import Op
 from ringworld.errors import MismatchError
 
-__all__ = ["RUN"]
+__all__ = ["RUN", "alltoallv_take", "gatherv_sent", "scatterv_got", "slot_views",
+           "wrong_block"]
 
 Array = np.ndarray[Any, Any]
 _U8 = np.dtype(np.uint8)

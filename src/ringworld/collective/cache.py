@@ -4,18 +4,19 @@
 
 * ``shapes`` (and ``last``): the calls that ran in the shared windows, by collective, op or
   root, and the dtypes and shapes of their arrays (``last``: the last one's arrays, held
-  weakly, so no user buffer is kept alive, but for ``ringworld.MPI``'s small arrays that own
-  their memory: their byte views hold them until the next call of that collective). A call
+  weakly, so no user buffer is kept alive, but for ``ringworld.MPI``'s arrays on small numpy
+  memory (:func:`may_hold`): their byte views hold it until the next call of that
+  collective). A call
   of a shape seen before skips the checks and the choice of algorithm, which for small calls
   cost more than the data's copies.
 * ``plans``: the algorithm chosen for a call's shape (collective, size, op order, blocking,
   algorithm asked for) and whether a blocking allreduce runs hierarchically.
 * ``ops``: each (op, dtype) pair found valid.
 * ``vector``: per v-variant, its last call in the shared windows (the dtype and shapes of its
-  arrays, a copy of its counts), so that a repeat on arrays of that dtype and those shapes
-  skips the checks (no buffer held).
+  arrays, a copy of its counts, the runner its first repeat made), so that a repeat on
+  arrays of that dtype and those shapes skips the checks (no buffer held).
 * ``adapter``: what an adapter (``ringworld.MPI``) keeps of its own calls (its v-calls'
-  parsed arguments: byte views of small arrays that own their memory).
+  parsed arguments: byte views of arrays on small numpy memory, see :func:`may_hold`).
 
 The algorithms keep their own memos of pure functions (the selector's costs, the signatures'
 hashes); those depend on nothing a call can change.

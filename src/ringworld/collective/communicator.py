@@ -271,7 +271,8 @@ class Communicator(CommManagement):
         after its own call) again, without the checks: the caller vouches that ``sendbuf`` and
         ``recvbuf`` are arrays of the kept dtype and shapes (the recvbuf writable) and the
         counts the same. False, having done nothing, if ``last`` is no longer the kept call
-        (a later call of another shape replaced it)."""
+        (a later call of another shape replaced it, or the first repeat stored its runner in a
+        new entry: the adapter then runs the call through the native method once more)."""
         if self._cache.vector.get(coll) is not last:
             return False
         self._rerun_vector(coll, last, sendbuf, recvbuf, None)
@@ -288,11 +289,11 @@ class Communicator(CommManagement):
         a = self._kept_begin(coll, timeout, last[4])
         self.last_algorithm = SHM
         run = last[10]
-        if run is None:  # the first repeat: a runner made for the shape (see shm_repeat)
-            run = shm_repeat.quick_vector(a, coll, last[5], sb, rb) or shm_vector.RUN[coll]
-            if self._cache.vector.get(coll) is last:
-                self._cache.vector[coll] = (*last[:10], run)
         try:  # (_vector_in_shared's, written out: one Python call fewer a repeat)
+            if run is None:  # the first repeat: a runner made for the shape (see shm_repeat)
+                run = shm_repeat.quick_vector(a, coll, last[5], sb, rb) or shm_vector.RUN[coll]
+                if self._cache.vector.get(coll) is last:
+                    self._cache.vector[coll] = (*last[:10], run)
             done = run(a, last[5], sb, rb, last[9])
         except BaseException as exc:
             a.abandon(exc)
