@@ -12,6 +12,7 @@ Every error the library raises derives from :class:`RingworldError`::
     │   ├── Timeout            a blocking call ran past its timeout (also a ``TimeoutError``)
     │   ├── TruncationError    a message is larger than the receive buffer; names both sizes
     │   ├── MismatchError      ranks called a collective with different arguments; shows them
+    │   │   └── ShortMessageError  a collective's block from a peer is shorter than expected
     │   └── CommBroken         the communicator failed earlier; later calls raise at once
     └── StoreError             a store request failed
         └── StoreTimeout       a key did not appear in time (also a ``TimeoutError``)
@@ -52,6 +53,24 @@ class CommError(RingworldError):
 
 class MismatchError(CommError):
     """Ranks disagree on a collective call (operation, size, dtype, op or root)."""
+
+
+class ShortMessageError(MismatchError):
+    """A collective's message from a peer is shorter than this rank's part of the call expects:
+    the two ranks gave different counts for the block (a v-call's counts, which no rank states
+    whole). Only the receiving rank can tell; it tells the members, which fail with CommBroken.
+
+    Attributes:
+        call: the collective call that found it ("" until the call names itself).
+    """
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.call = ""
+
+    def __str__(self) -> str:
+        return f"{self.call}: {self.detail}" if self.call else self.detail
 
 
 class TransportError(CommError):

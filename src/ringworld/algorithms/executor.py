@@ -24,7 +24,13 @@ import numpy as np
 from ringworld.algorithms.schedule import COPY, Schedule
 from ringworld.comm.ops import Op
 from ringworld.comm.requests import SEQ_MASK, RecvRequest, Request, raise_first_error
-from ringworld.errors import CommBroken, CommRevoked, MismatchError, PeerFailure
+from ringworld.errors import (
+    CommBroken,
+    CommRevoked,
+    MismatchError,
+    PeerFailure,
+    ShortMessageError,
+)
 
 if TYPE_CHECKING:
     from ringworld.comm.channel import Channel
@@ -208,15 +214,20 @@ class CollectiveRequest(Request[T]):
             self._fail(exc)
 
     def _fail(self, exc: BaseException) -> None:
+        if isinstance(exc, ShortMessageError) and not exc.call:
+            # a block's receive found it: name the call (its peers learn of it below)
+            exc.call = (f"{self._name()} #{self._tag & SEQ_MASK} on {self._comm.name} (rank "
+                        f"{self._comm.rank} of {self._comm.size})")
         if isinstance(exc, PeerFailure):
             # the rank left without doing its part: every member must learn it, also those
             # waiting on other ranks (a rank leaving with status 0 is no failure to the launcher)
             self._comm.report_failure(exc)
-        elif not (isinstance(exc, MismatchError | CommRevoked | CommBroken)
+        elif not ((isinstance(exc, MismatchError | CommRevoked | CommBroken)
+                   and not isinstance(exc, ShortMessageError))
                   or getattr(exc, "from_left", False)):
             # members waiting for this rank's part would wait for good (or for their timeout):
-            # they fail with this error instead (a mismatch, a revocation or a failed peer
-            # reaches them anyway)
+            # they fail with this error instead (a mismatch seen in the call's signature, a
+            # revocation or a failed peer reaches them anyway; a short block only this rank saw)
             self._comm.report_left(self._tag,
                                    f"{self._name()} with {type(exc).__name__}: {exc}"[:400])
         self._error = exc

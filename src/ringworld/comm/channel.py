@@ -31,7 +31,7 @@ from ringworld.comm.requests import (
     SEQ_MASK,
     SIG_SHIFT,
     TAG_UB,
-    BufferRecvRequest,
+    BlockRecvRequest,
     RecvRequest,
     Request,
     SendRequest,
@@ -101,9 +101,10 @@ class Channel:
         h = self._engine.isend(w, self.coll_context, tag, 0, (view,), len(view))
         return None if h.done else SendRequest(self._engine, h, w, view, self.coll_context)
 
-    def coll_irecv(self, view: memoryview, source: int, tag: int) -> BufferRecvRequest:
-        """Post a receive into ``view`` from rank ``source`` on the collective context."""
-        req = BufferRecvRequest(self._engine, self.coll_context, self._ranks[source], tag, view,
+    def coll_irecv(self, view: memoryview, source: int, tag: int) -> BlockRecvRequest:
+        """Post a receive of exactly ``len(view)`` bytes from rank ``source`` on the collective
+        context (a shorter message fails it with ShortMessageError)."""
+        req = BlockRecvRequest(self._engine, self.coll_context, self._ranks[source], tag, view,
                                 self.to_comm)
         self._engine.post(req)
         return req

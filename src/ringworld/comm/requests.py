@@ -8,9 +8,9 @@ operation's result; ``test`` makes progress once and says whether it completed.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, NamedTuple, TypeVar
 
-from ringworld.errors import TruncationError
+from ringworld.errors import ShortMessageError, TruncationError
 from ringworld.transport.base import Incoming, SendHandle
 
 if TYPE_CHECKING:
@@ -204,6 +204,8 @@ class RecvRequest(Request[T]):
 
     __slots__ = ("_done", "_to_comm", "context", "dest", "incoming_flags", "matched", "source",
                  "tag")
+    #: whether a message shorter than ``dest`` is an error (a collective's block) or legal
+    exact: ClassVar[bool] = False
 
     def __init__(self, engine: Engine, context: int, source: int, tag: int,
                  dest: memoryview | None, to_comm: Callable[[int], int]) -> None:
@@ -267,11 +269,19 @@ class RecvRequest(Request[T]):
         dest = self.dest
         if dest is None:
             self.dest = dest = _aligned(inc.nbytes)
-        elif inc.nbytes > len(dest):
-            self._error = TruncationError(inc.nbytes, len(dest),
-                                          f"from rank {self.status.source}, tag {inc.tag}")
-            inc.read_into(_aligned(inc.nbytes), self._complete)
-            return
+        elif inc.nbytes != len(dest):
+            err: Exception | None = None
+            if inc.nbytes > len(dest):
+                err = TruncationError(inc.nbytes, len(dest),
+                                      f"from rank {self.status.source}, tag {inc.tag}")
+            elif self.exact:  # short: legal for a receive, not for a collective's block
+                err = ShortMessageError(
+                    f"rank {self.status.source} sent {inc.nbytes} bytes where this rank "
+                    f"expects {len(dest)}: the ranks gave different counts for the block")
+            if err is not None:  # the caller's buffer is left untouched
+                self._error = err
+                inc.read_into(_aligned(inc.nbytes), self._complete)
+                return
         inc.read_into(dest, self._complete)
 
     def _complete(self) -> None:
@@ -297,6 +307,14 @@ class BufferRecvRequest(RecvRequest[Status]):
             raise self._error
         assert self.status is not None
         return self.status
+
+
+class BlockRecvRequest(BufferRecvRequest):
+    """A receive of a collective's block: a shorter message fails it with ShortMessageError
+    (the sender gave another count for the block), where a receive takes it."""
+
+    __slots__ = ()
+    exact = True
 
 
 ALIGN_FROM = 65536  # buffers at least this large are 64-byte aligned (memcpy speed)
