@@ -61,16 +61,10 @@ class ShortMessageError(MismatchError):
     whole). Only the receiving rank can tell; it tells the members, which fail with CommBroken.
 
     Attributes:
-        call: the collective call that found it ("" until the call names itself).
+        call: the collective call that found it, which its text starts with ("" until named).
     """
 
-    def __init__(self, detail: str) -> None:
-        super().__init__(detail)
-        self.detail = detail
-        self.call = ""
-
-    def __str__(self) -> str:
-        return f"{self.call}: {self.detail}" if self.call else self.detail
+    call = ""
 
 
 class TransportError(CommError):
@@ -105,7 +99,11 @@ class TruncationError(CommError):
     Attributes:
         message_bytes: size of the incoming message.
         buffer_bytes: size of the receive buffer.
+        call: the collective call that found it, which its text starts with ("" for a
+            receive).
     """
+
+    call = ""
 
     def __init__(self, message_bytes: int, buffer_bytes: int, detail: str = "") -> None:
         extra = f" ({detail})" if detail else ""

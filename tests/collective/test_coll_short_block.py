@@ -1,13 +1,16 @@
-"""A v-call's block that a rank sends shorter than its receiver expects (the two ranks gave
-different counts for it: counts no rank states whole) fails the receiver with ShortMessageError
-on the message path too, naming the sender and both sizes, where it used to leave the missing
-elements as they were. Ranks that wait for the failed rank's part fail instead of hanging; no
-rank returns data that its own counts do not give; the communicator works afterwards.
+"""Ranks that disagree on a v-call's counts on the message path fail, where they used to
+return with a block's last elements left as they were. A block sent shorter than its receiver
+expects (gatherv, scatterv, alltoallv: counts no rank states whole) fails the receiver with
+ShortMessageError naming the sender and both sizes; ranks that wait for the failed rank's part
+fail instead of hanging; no rank returns data that its own counts do not give; the
+communicator works afterwards. allgatherv's and reduce_scatter's counts, which every rank
+passes whole, are in the call's signature: every rank fails with MismatchError showing both.
 
 (The shared windows check the counts themselves: test_coll_vector_shm.py.)"""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -91,17 +94,13 @@ def _program(comm: Any, coll: str, alg: str | None) -> tuple[tuple[str, Any], li
     return out, nxt.tolist()
 
 
-# (collective, algorithm, the ranks a short block reaches for sure, and from whom)
-CASES = [("gatherv", "linear"), ("scatterv", "linear"), ("allgatherv", "linear"),
-         ("allgatherv", "ring"), ("alltoallv", "linear"), ("alltoallv", "pairwise")]
+CASES = [("gatherv", "linear"), ("scatterv", "linear"), ("alltoallv", "linear"),
+         ("alltoallv", "pairwise")]
 
 
-def _short_at(coll: str, alg: str, p: int) -> tuple[list[int], int]:
-    if coll == "scatterv":
-        return [1], 0
-    if coll == "allgatherv":
-        return ([2 % p] if alg == "ring" else [i for i in range(p) if i != 1]), 1
-    return [0], 1
+def _short_at(coll: str) -> tuple[int, int]:
+    """The rank a short block reaches, and the rank that sends it."""
+    return (1, 0) if coll == "scatterv" else (0, 1)
 
 
 @pytest.mark.parametrize("p", [2, 3, 5])
@@ -109,9 +108,9 @@ def _short_at(coll: str, alg: str, p: int) -> tuple[list[int], int]:
 def test_a_short_block_fails_its_receiver_and_no_rank_returns_wrong_data(
         coll: str, alg: str, p: int) -> None:
     results = run_threads(p, _program, coll, alg)
-    short, sender = _short_at(coll, alg, p)
+    short, sender = _short_at(coll)
     for r, ((kind, what), nxt) in enumerate(results):
-        if r in short:
+        if r == short:
             assert kind == "ShortMessageError", (r, kind, what)
             assert what.startswith(f"{coll} ({alg}, "), what  # names the call...
             assert f"(rank {r} of {p}): rank {sender} sent {SHORT * 8} bytes where this rank " \
@@ -122,6 +121,79 @@ def test_a_short_block_fails_its_receiver_and_no_rank_returns_wrong_data(
             assert kind in ("CommBroken", "ShortMessageError"), (r, kind, what)
         sum_ = float(sum(range(p)))
         assert nxt == [p * k + sum_ for k in range(4)], (r, nxt)  # the communicator works on
+
+
+def _long(comm: Any, alg: str) -> str:
+    r, p = comm.rank, comm.size
+    sc = [N + 1 if (r == 1 and i == 0) else N for i in range(p)]  # rank 1: one more to 0
+    try:
+        comm.alltoallv(np.ones(sum(sc)), np.empty(N * p), sc, [N] * p, algorithm=alg,
+                       timeout=20)
+    except ringworld.RingworldError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return "ok"
+
+
+@pytest.mark.parametrize("alg", ["linear", "pairwise"])
+def test_a_long_block_is_a_truncation_naming_the_call(alg: str) -> None:
+    out = run_threads(3, _long, alg)
+    assert out[0].startswith(f"TruncationError: alltoallv ({alg}, "), out
+    assert out[0].endswith("#0 on world (rank 0 of 3): message truncated: incoming message has "
+                           "32 bytes but the receive buffer holds only 24 bytes (from rank 1)")
+    assert all(o == "ok" or o.startswith("CommBroken: ") for o in out[1:]), out
+
+
+def _whole(comm: Any, coll: str, alg: str) -> list[str]:
+    """Rank 1 passes other counts than the rest; the call's and the next call's outcomes."""
+    r, p = comm.rank, comm.size
+    c = [N] * p
+    if r == 1:
+        c[p - 1] = SHORT
+    out = []
+    for step in range(2):
+        try:
+            if step:
+                comm.allreduce(np.ones(2), np.empty(2), timeout=20)
+            elif coll == "allgatherv":
+                comm.allgatherv(np.arange(c[r], dtype=np.float64), np.empty(sum(c)), c, None,
+                                algorithm=alg, timeout=20)
+            else:
+                comm.reduce_scatter(np.arange(sum(c), dtype=np.float64), np.empty(c[r]), c,
+                                    algorithm=alg, timeout=20)
+            out.append("ok")
+        except ringworld.MismatchError as exc:
+            out.append(str(exc))
+    return out
+
+
+@pytest.mark.parametrize("p", [2, 3, 5])
+@pytest.mark.parametrize(("coll", "alg"), [("allgatherv", "linear"), ("allgatherv", "ring"),
+                                           ("reduce_scatter", "ring"),
+                                           ("reduce_scatter", "pairwise")])
+def test_counts_every_rank_passes_whole_are_in_the_signature(coll: str, alg: str,
+                                                             p: int) -> None:
+    mine = [N] * p
+    other = [*mine[:-1], SHORT]
+    for r, out in enumerate(run_threads(p, _whole, coll, alg)):
+        for line in out:  # the call and the next one (the collective sequence broke)
+            assert line.startswith("collective mismatch on world, call #0: "), (r, line)
+            assert f"{coll}(algorithm={alg}, count={mine}," in line, (r, line)
+            assert f"{coll}(algorithm={alg}, count={other}," in line, (r, line)
+
+
+def test_a_long_list_of_counts_is_shown_by_its_head_and_checksum() -> None:
+    def prog(comm: Any) -> str:
+        c = [1] * 9 if comm.rank else [1] * 8 + [2]
+        try:
+            comm.allgatherv(np.ones(c[comm.rank]), np.empty(sum(c)), c, None, algorithm="ring",
+                            timeout=20)
+        except ringworld.MismatchError as exc:
+            return str(exc)
+        return "ok"
+
+    for line in run_threads(9, prog):
+        assert "count=[1, 1, 1, 1, 1, 1, 1, 1, ... (9 counts, crc " in line, line
+        assert len(set(re.findall(r"crc ([0-9a-f]{8})\)", line))) == 2, line  # they differ
 
 
 def test_blocks_of_the_expected_length_still_pass() -> None:
@@ -144,11 +216,12 @@ import ringworld
 
 comm = ringworld.init()
 r = comm.rank
-c = [3, 2, 3] if r == 1 else [3, 3, 3]
-recv = np.full(sum(c), -1.0)
+c = [3, 2, 3] if r == 1 else [3, 3, 3]  # rank 1 sends 2 where the root expects 3
+recv = np.full(sum(c), -1.0) if r == 0 else None
 try:
-    comm.allgatherv(np.arange(c[r], dtype=np.float64) + 100 * r, recv, c, None, timeout=20)
-    print(f"rank {r}: ok {recv.tolist()}", flush=True)
+    comm.gatherv(np.arange(c[r], dtype=np.float64) + 100 * r, recv, c, None, root=0,
+                 timeout=20)
+    print(f"rank {r}: ok {None if recv is None else recv.tolist()}", flush=True)
 except ringworld.RingworldError as exc:
     print(f"rank {r}: {type(exc).__name__}: {exc}", flush=True)
 nxt = np.empty(2)
@@ -158,8 +231,8 @@ print(f"next {r}: {nxt.tolist()}", flush=True)
 
 
 def test_over_tcp_the_default_path_fails_the_call_too(tmp_path: Path) -> None:
-    """Ranks over TCP take the message path by default: no rank returns a block with its last
-    element missing."""
+    """Ranks over TCP take the message path by default: a root that expects a longer block
+    than rank 1 sends fails naming it, and the job goes on."""
     prog = tmp_path / "prog.py"
     prog.write_text(PROGRAM)
     r = subprocess.run([sys.executable, "-m", "ringworld", "run", "-n", "3", "--transport",
@@ -167,10 +240,9 @@ def test_over_tcp_the_default_path_fails_the_call_too(tmp_path: Path) -> None:
                        check=False, stdin=subprocess.DEVNULL)
     assert r.returncode == 0, r.stdout + r.stderr
     lines = dict(line.split(": ", 1) for line in r.stdout.splitlines() if ": " in line)
-    assert "ShortMessageError" in r.stdout, r.stdout
-    assert "rank 1 sent 16 bytes where this rank expects 24" in r.stdout, r.stdout
+    assert lines["rank 1"] == lines["rank 2"] == "ok None", r.stdout
+    assert lines["rank 0"].startswith("ShortMessageError: gatherv ("), r.stdout
+    assert lines["rank 0"].endswith("(rank 0 of 3): rank 1 sent 16 bytes where this rank "
+                                    "expects 24: the ranks gave different counts for the block")
     for rank in range(3):
-        got = lines[f"rank {rank}"]
-        if got.startswith("ok"):  # only rank 1 may return: by its own counts it is whole
-            assert rank == 1 and got == "ok [0.0, 1.0, 2.0, 100.0, 101.0, 200.0, 201.0, 202.0]"
         assert lines[f"next {rank}"] == "[3.0, 3.0]", r.stdout

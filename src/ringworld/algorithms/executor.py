@@ -30,6 +30,7 @@ from ringworld.errors import (
     MismatchError,
     PeerFailure,
     ShortMessageError,
+    TruncationError,
 )
 
 if TYPE_CHECKING:
@@ -214,10 +215,11 @@ class CollectiveRequest(Request[T]):
             self._fail(exc)
 
     def _fail(self, exc: BaseException) -> None:
-        if isinstance(exc, ShortMessageError) and not exc.call:
+        if isinstance(exc, ShortMessageError | TruncationError) and not exc.call:
             # a block's receive found it: name the call (its peers learn of it below)
             exc.call = (f"{self._name()} #{self._tag & SEQ_MASK} on {self._comm.name} (rank "
                         f"{self._comm.rank} of {self._comm.size})")
+            exc.args = (f"{exc.call}: {exc}",)
         if isinstance(exc, PeerFailure):
             # the rank left without doing its part: every member must learn it, also those
             # waiting on other ranks (a rank leaving with status 0 is no failure to the launcher)

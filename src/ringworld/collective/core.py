@@ -10,6 +10,7 @@ collectives themselves are :class:`~ringworld.collective.communicator.Communicat
 from __future__ import annotations
 
 import math
+import zlib
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Self
 
@@ -208,17 +209,20 @@ class CollectiveCore(ObjectCollectives):
         """A 16-bit hash of what every rank must agree on in this call, carried in the tags of
         its messages so that a disagreement fails as MismatchError instead of hanging or
         corrupting (the engine compares it with the peer's). Cost: one dict lookup."""
-        # per-rank sizes of the v/w variants legitimately differ; everything else must agree
+        # per-rank sizes of the v/w variants legitimately differ; everything else must agree,
+        # and so must the counts that every rank states whole (allgatherv's, reduce_scatter's)
         varying = collective.endswith(("v", "w")) or spec.counts is not None
         dtype = None
         if arrays and collective != "alltoallw":
             dtype = (arrays[1] if collective.startswith("scatter") else arrays[0]).dtype
-        key = (collective, algo, -1 if varying else spec.n, spec.root, dtype,
-               "" if op is None else op.name)
+        count: int | tuple[int, ...] = spec.n
+        if varying:
+            count = spec.counts if collective in _WHOLE_COUNTS and spec.counts else -1
+        key = (collective, algo, count, spec.root, dtype, "" if op is None else op.name)
         known = self._engine.signed_calls
         found = known.get(key)
         if found is None:
-            text = (f"{collective}(algorithm={algo}, count={'per rank' if varying else spec.n},"
+            text = (f"{collective}(algorithm={algo}, count={_count_text(count)},"
                     f" dtype={dtype}, op={key[5] or '-'}, root={spec.root})")
             found = self._engine.sign(text)
             if len(known) < 4096:
@@ -353,3 +357,18 @@ class CollectiveCore(ObjectCollectives):
         """Ranks of this communicator per host, hosts in order of their first rank."""
         hosts, order = self._hosts()
         return [hosts.count(h) for h in order]
+
+
+#: the varying-count collectives whose counts every rank passes whole, and must agree on
+_WHOLE_COUNTS = ("allgatherv", "reduce_scatter")
+
+
+def _count_text(count: int | tuple[int, ...]) -> str:
+    """A call's count as its signature shows it: a number, "per rank", or the counts (the
+    first eight, and a checksum of all, when there are more)."""
+    if isinstance(count, int):
+        return "per rank" if count < 0 else str(count)
+    if len(count) <= 8:
+        return str(list(count))
+    crc = zlib.crc32(repr(count).encode())
+    return f"[{', '.join(map(str, count[:8]))}, ... ({len(count)} counts, crc {crc:08x})]"

@@ -272,8 +272,8 @@ class RecvRequest(Request[T]):
         elif inc.nbytes != len(dest):
             err: Exception | None = None
             if inc.nbytes > len(dest):
-                err = TruncationError(inc.nbytes, len(dest),
-                                      f"from rank {self.status.source}, tag {inc.tag}")
+                err = TruncationError(inc.nbytes, len(dest), f"from rank {self.status.source}"
+                                      + ("" if self.exact else f", tag {inc.tag}"))
             elif self.exact:  # short: legal for a receive, not for a collective's block
                 err = ShortMessageError(
                     f"rank {self.status.source} sent {inc.nbytes} bytes where this rank "
