@@ -291,6 +291,19 @@ def _errors(comm: Communicator) -> None:
         comm.isend(strided_bytes, right)
     with pytest.raises(ValueError, match="C-contiguous"):
         comm.recv(strided_bytes, left)
+    # the nonblocking forms check as much (their common case is inline too)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        comm.irecv(strided_bytes, left)
+    with pytest.raises(TypeError, match="read-only"):
+        comm.irecv(b"immutable", left)
+    with pytest.raises(ValueError, match="source=99"):
+        comm.irecv(buf, 99)
+    with pytest.raises(ValueError, match="tag=-5"):
+        comm.irecv(buf, left, tag=-5)
+    with pytest.raises(ValueError, match="tag=-5"):
+        comm.isend(buf, right, tag=-5)
+    with pytest.raises(TypeError, match="buffer protocol"):
+        comm.isend([1, 2, 3], right)
     with pytest.raises(TypeError, match="buffer protocol"):
         comm.send([1, 2, 3], right)
     with pytest.raises(TypeError, match="dest must be an int"):

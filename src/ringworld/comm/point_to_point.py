@@ -27,6 +27,7 @@ from ringworld.comm.requests import (
     ANY_TAG,
     TAG_UB,
     BufferRecvRequest,
+    CompletedRequest,
     RecvRequest,
     Request,
     SendRequest,
@@ -194,13 +195,26 @@ class PointToPoint:
         Raises:
             TypeError / ValueError: bad ``buf``, ``dest`` or ``tag``.
         """
-        try:
-            view = send_view(buf, "buf")
-        except foreign.DeviceBuffer as exc:
-            return self._device_send(exc, buf, dest, tag)
-        w = self._world(dest, "dest")
-        h = self._engine.isend(w, self.context, self._send_tag(tag), 0, (view,), len(view))
-        return SendRequest(self._engine, h, w, view, self.context)
+        try:  # the common case inline, as send's
+            view = memoryview(buf).cast("B")
+        except TypeError:
+            try:
+                view = send_view(buf, "buf")  # raises with a clear message
+            except foreign.DeviceBuffer as exc:
+                return self._device_send(exc, buf, dest, tag)
+        if type(dest) is int and 0 <= dest < self.size:
+            w = self._ranks[dest]
+        else:
+            w = self._world(dest, "dest")
+        if type(tag) is not int or not 0 <= tag <= TAG_UB:
+            tag = self._send_tag(tag)
+        engine = self._engine
+        if engine.calm:  # a small message straight into the transport: complete at once
+            t = engine.route[w]
+            if t is not None and t.send_eager(w, self.context, tag, 0, (view,), len(view)):
+                return CompletedRequest(engine, None)
+        h = engine.isend(w, self.context, tag, 0, (view,), len(view))
+        return SendRequest(engine, h, w, view, self.context)
 
     @observable("p2p")
     def send(self, buf: Any, dest: int, tag: int = 0, *, timeout: float | None = None) -> None:
@@ -250,12 +264,20 @@ class PointToPoint:
         Raises:
             TypeError / ValueError: bad ``buf``, ``source`` or ``tag``.
         """
-        try:
-            view = recv_view(buf, "buf")
-        except foreign.DeviceBuffer as exc:
-            return self._device_recv(exc, buf, source, tag)
-        req = BufferRecvRequest(self._engine, self.context, self._source(source),
-                                self._recv_tag(tag), view, self._to_comm)
+        try:  # the common case inline, as recv's
+            view: memoryview | None = memoryview(buf).cast("B")
+        except TypeError:
+            view = None
+        if view is None or view.readonly:
+            try:
+                view = recv_view(buf, "buf")  # raises with a clear message
+            except foreign.DeviceBuffer as exc:
+                return self._device_recv(exc, buf, source, tag)
+        src = (self._ranks[source] if type(source) is int and 0 <= source < self.size
+               else self._source(source))
+        req = BufferRecvRequest(self._engine, self.context, src,
+                                tag if type(tag) is int and 0 <= tag <= TAG_UB
+                                else self._recv_tag(tag), view, self._to_comm)
         self._engine.post(req)
         return req
 
