@@ -234,7 +234,7 @@ class Channel:
             self._spin_loop(cond, engine.timeout if timeout is None else check_timeout(timeout),
                             describe, waiting_for, abort)
         finally:
-            engine.waiting = None  # set once the wait got long (for the monitor)
+            engine.waiting = engine.waiting_needs = None  # set once the wait got long
 
     def _spin_loop(self, cond: Callable[[], bool], timeout: float | None,
                    describe: Callable[[], str], waiting_for: Callable[[], Collection[int]],
@@ -266,6 +266,8 @@ class Channel:
                 deadline = math.inf if timeout is None else now + timeout
                 next_check = now + CHECK_PEERS_EVERY
                 engine.waiting = describe
+                engine.waiting_needs = lambda ranks: next(
+                    (w for w in waiting_for() if w in ranks), None)
                 engine.waiting_since = time.time()
             if now >= next_check:
                 next_check = now + CHECK_PEERS_EVERY
@@ -443,14 +445,14 @@ class Channel:
         """Make progress until ``cond()`` holds (which may raise to end the wait).
 
         ``timeout`` None: the job's. ``depends(dead_world_ranks)`` names a dead rank the wait
-        needs (then it fails), or None.
+        needs (then it fails), or None. A collective call's own wait (see ``Engine.wait_for``).
 
         Raises:
             Timeout: ``cond`` did not hold in time; the text is ``describe()``.
             PeerFailure: a rank the wait depends on has exited.
             CommBroken: the engine failed.
         """
-        self._engine.wait_for(cond, timeout, describe, depends)
+        self._engine.wait_for(cond, timeout, describe, depends, in_call=True)
 
     def wait_recv(self, req: RecvRequest[Any], cond: Callable[[], bool], timeout: float | None,
                   describe: Callable[[], str],
@@ -467,7 +469,7 @@ class Channel:
             e = self._engine
             e.spin(req, e.recv_spin)
             if not req._done:
-                e.wait_for(cond, timeout, describe, depends)
+                e.wait_for(cond, timeout, describe, depends, in_call=True)
         if req._error is not None:
             raise req._error
 

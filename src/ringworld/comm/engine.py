@@ -121,6 +121,8 @@ class Engine(CallChecks):
         self.comm_names: dict[int, str] = {}  # collective context -> communicator name
         self.current: tuple[int, int, str, tuple[int, ...]] | None = None  # that collective
         self.waiting: Callable[[], str] | None = None  # what a blocking wait waits for
+        # ... and, a collective call's wait, which of some world ranks it cannot end without
+        self.waiting_needs: Callable[[Collection[int]], int | None] | None = None
         self.waiting_since = 0.0  # when it started (wall clock)
         self.remote_failures: list[PeerFailure] = []  # found by the monitor (another thread)
         self.reported: set[int] = set()  # world ranks reported failed (hung, or by the launcher)
@@ -517,12 +519,15 @@ class Engine(CallChecks):
     @observable("wait")
     def wait_for(self, cond: Callable[[], bool], timeout: float | None,
                  describe: Callable[[], str],
-                 depends: Callable[[Collection[int]], int | None] | None = None) -> None:
+                 depends: Callable[[Collection[int]], int | None] | None = None, *,
+                 in_call: bool = False) -> None:
         """Make progress until ``cond()`` holds.
 
         ``timeout`` None means the engine's default (itself possibly None: no limit).
         ``depends(dead_world_ranks)`` names a dead peer the wait needs (then it fails), or None;
-        without it, any dead peer fails the wait.
+        without it, any dead peer fails the wait. ``in_call``: the wait is a blocking
+        collective call's own (the monitor then asks ``depends`` which of the members that went
+        on to later calls it still needs: see ``Monitor._left_behind``).
 
         Raises:
             Timeout: ``cond`` did not hold within the timeout; names the operation.
@@ -543,11 +548,12 @@ class Engine(CallChecks):
         deadline = None if timeout is None else now + timeout
         next_check = now + CHECK_PEERS_EVERY
         self.waiting = describe
+        self.waiting_needs = depends if in_call else None
         self.waiting_since = time.time()
         try:
             self._wait_loop(cond, timeout, deadline, next_check, describe, depends)
         finally:
-            self.waiting = None
+            self.waiting = self.waiting_needs = None
 
     def timeout_error(self, what: str, timeout: float, where: str) -> Timeout:
         """The Timeout for ``what`` after ``timeout`` s, with the monitor's job-wide diagnosis."""

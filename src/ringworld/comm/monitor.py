@@ -29,7 +29,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from ringworld.comm.requests import SEQ_MASK, SIG_SHIFT
+from ringworld.comm.requests import SEQ_MASK, SIG_SHIFT, TAG_UB
 from ringworld.errors import (
     CommError,
     CommRevoked,
@@ -58,6 +58,9 @@ from ringworld.store.records import (
 
 WATCHERS = 3            # ranks each rank watches (the next ones in rank order)
 TICK = 0.25             # seconds between looks for failures and revocations found elsewhere
+#: a member whose call on a communicator is at most this many past this rank's went on from
+#: it (more: the numbers wrapped, and it is behind)
+AHEAD_BOUND = 1 << 20
 
 
 def _process_state(pid: int) -> tuple[str, int] | None:
@@ -100,6 +103,7 @@ class Monitor:
         self._gone: set[int] = set()  # ranks seen to have left the job (finished)
         self._history: deque[tuple[float, str]] = deque(maxlen=HISTORY)
         self._compare_after = self.interval  # seconds of a wait before comparing calls
+        self._behind: tuple[int, int, int, float] | None = None  # see _left_behind
         self._collecting = threading.Lock()  # _collect runs on the thread or in collect_now
         # this process's identity for same-host peers (see _alive_here): pid and start time
         self._pid = os.getpid()
@@ -183,6 +187,8 @@ class Monitor:
         call = self._call()
         if call is not None:
             state["call"] = call
+        if e.background:  # nonblocking collectives in flight: earlier calls may not be done
+            state["nb"] = len(e.background)
         waiting = e.waiting
         if waiting is not None:
             try:
@@ -245,16 +251,52 @@ class Monitor:
         if cur is None or cur[0] != mine[0]:
             return
         ctx, seq, text = mine
+        ahead: dict[int, int] = {}  # members done with this call: their call now
         for member in cur[3]:
             if member == self.rank or member in e.dead:
                 continue
-            theirs = get_json(store, state_key(member), 0.5).get("call")
-            if (isinstance(theirs, list) and len(theirs) == 3 and theirs[0] == ctx
-                    and theirs[1] == seq and theirs[2] != text):
+            their_state = get_json(store, state_key(member), 0.5)
+            theirs = their_state.get("call")
+            if not (isinstance(theirs, list) and len(theirs) == 3 and theirs[0] == ctx
+                    and isinstance(theirs[1], int)):
+                continue
+            if theirs[1] == seq and theirs[2] != text:
                 other = str(theirs[2])
                 self.publish_mismatch(ctx, seq, text, member, other)
                 e.remote_mismatches.append((ctx, seq, self.rank, text, member, other))
                 return
+            if 0 < (theirs[1] - seq) & TAG_UB < AHEAD_BOUND and not their_state.get("nb"):
+                ahead[member] = theirs[1]
+        self._left_behind(ctx, seq, text, ahead)
+
+    def _left_behind(self, ctx: int, seq: int, text: str, ahead: dict[int, int]) -> None:
+        """This rank waits in call ``seq`` for a member that went on to a later call
+        (``ahead``: member -> its call now) with nothing of this one in flight: it finished this
+        call without sending what this rank waits for (their counts disagree: a block one
+        of them counts as empty), and this rank would wait for good. Seen at two checks in a
+        row of the same wait (a message just sent has landed by the second), it is a mismatch:
+        published as one, every rank's calls from ``seq`` on fail, showing it."""
+        needs = self.engine.waiting_needs
+        rank = None
+        if ahead and needs is not None:
+            try:
+                rank = needs(set(ahead))
+            except Exception:  # racing the main thread's wait: look again at the next check
+                rank = None
+        if rank not in ahead:  # (None, or a rank reported failed: that is handled elsewhere)
+            self._behind = None
+            return
+        assert rank is not None
+        seen = (ctx, seq, rank, self.engine.waiting_since)
+        if self._behind != seen:
+            self._behind = seen
+            return
+        self._behind = None
+        other = (f"a call that ended without sending what world rank {self.rank} waits for, "
+                 f"and went on to call #{ahead[rank]} (the ranks gave different counts, or "
+                 f"made different calls)")
+        self.publish_mismatch(ctx, seq, text, rank, other)
+        self.engine.remote_mismatches.append((ctx, seq, self.rank, text, rank, other))
 
     def _neighbours(self) -> list[int]:
         """The ranks on this rank's host that it vouches for: the next few in rank order."""

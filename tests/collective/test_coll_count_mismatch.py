@@ -1,10 +1,12 @@
 """Ranks that disagree on a v-call's counts on the message path fail, where they used to
-return with a block's last elements left as they were. A block sent shorter than its receiver
-expects (gatherv, scatterv, alltoallv: counts no rank states whole) fails the receiver with
-ShortMessageError naming the sender and both sizes; ranks that wait for the failed rank's part
-fail instead of hanging; no rank returns data that its own counts do not give; the
-communicator works afterwards. allgatherv's and reduce_scatter's counts, which every rank
-passes whole, are in the call's signature: every rank fails with MismatchError showing both.
+return with a block's last elements left as they were, or wait for good. A block sent shorter
+than its receiver expects (gatherv, scatterv, alltoallv: counts no rank states whole) fails the
+receiver with ShortMessageError naming the sender and both sizes; ranks that wait for the
+failed rank's part fail instead of hanging; no rank returns data that its own counts do not
+give; the communicator works afterwards. allgatherv's and reduce_scatter's counts, which every
+rank passes whole, are in the call's signature: every rank fails with MismatchError showing
+both. A block one side counts as empty sends no message: the rank waiting for it is found by
+the monitor (the sender went on to a later call) and every rank fails with MismatchError.
 
 (The shared windows check the counts themselves: test_coll_vector_shm.py.)"""
 
@@ -246,3 +248,125 @@ def test_over_tcp_the_default_path_fails_the_call_too(tmp_path: Path) -> None:
                                     "expects 24: the ranks gave different counts for the block")
     for rank in range(3):
         assert lines[f"next {rank}"] == "[3.0, 3.0]", r.stdout
+
+
+def _empty_block(comm: Any, coll: str) -> list[str]:
+    """One side of a block counts it as empty (sends or expects no message), the other not;
+    the call's and the next call's outcomes."""
+    r, p = comm.rank, comm.size
+    out = []
+    for step in range(2):
+        try:
+            if step:
+                comm.allreduce(np.ones(2), np.empty(2), timeout=30)
+            elif coll == "gatherv":  # rank 1 sends nothing, the root expects N
+                send = np.ones(0 if r == 1 else N)
+                recv = np.empty(N * p) if r == 0 else None
+                comm.gatherv(send, recv, [N] * p if r == 0 else None, root=0,
+                             algorithm="linear", timeout=30)
+            elif coll == "scatterv":  # the root sends rank 1 nothing, rank 1 expects N
+                c = [0 if i == 1 else N for i in range(p)]
+                comm.scatterv(np.ones(sum(c)) if r == 0 else None, np.empty(N),
+                              c if r == 0 else None, root=0, algorithm="linear", timeout=30)
+            else:  # alltoallv: rank 1 sends rank 0 nothing, rank 0 expects N
+                sc = [0 if (r == 1 and i == 0) else N for i in range(p)]
+                comm.alltoallv(np.ones(sum(sc)), np.empty(N * p), sc, [N] * p,
+                               algorithm="pairwise", timeout=30)
+            out.append("ok")
+        except ringworld.MismatchError as exc:
+            out.append(str(exc))
+    return out
+
+
+@pytest.mark.parametrize("p", [2, 3])
+@pytest.mark.parametrize("coll", ["gatherv", "scatterv", "alltoallv"])
+def test_a_block_one_side_counts_as_empty_fails_every_rank(coll: str, p: int) -> None:
+    waiter, sender = (1, 0) if coll == "scatterv" else (0, 1)
+    out = run_threads(p, _empty_block, coll)
+    want = (f"world rank {waiter} called {coll}(algorithm=", f"but world rank {sender} called "
+            f"a call that ended without sending what world rank {waiter} waits for, and went "
+            "on to call #1 (the ranks gave different counts, or made different calls)")
+    assert out[waiter][0].startswith("collective mismatch on world, call #0: "), out
+    for r, lines in enumerate(out):
+        for line in lines[1 if r != waiter else 0 :]:  # the next call fails everywhere too
+            assert all(w in line for w in want), (r, line)
+
+
+STUCK = """
+import numpy as np
+import ringworld
+
+comm = ringworld.init()
+r = comm.rank
+try:
+    recv = np.full(9, -1.0) if r == 0 else None
+    comm.gatherv(np.ones(0 if r == 1 else 3), recv, [3, 3, 3] if r == 0 else None, root=0)
+    comm.allreduce(np.ones(2), np.empty(2))
+    print(f"rank {r}: ok", flush=True)
+except ringworld.MismatchError as exc:
+    print(f"rank {r}: {exc}", flush=True)
+"""
+
+
+def test_over_tcp_an_empty_block_fails_the_job_instead_of_hanging(tmp_path: Path) -> None:
+    """No timeout set (the default): the ranks used to wait for good."""
+    prog = tmp_path / "prog.py"
+    prog.write_text(STUCK)
+    r = subprocess.run([sys.executable, "-m", "ringworld", "run", "-n", "3", "--transport",
+                        "tcp", str(prog)], capture_output=True, text=True, timeout=60,
+                       check=False, stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = dict(line.split(": ", 1) for line in r.stdout.splitlines() if ": " in line)
+    for rank in range(3):
+        assert lines[f"rank {rank}"].startswith("collective mismatch on world, call #0: world "
+                                                "rank 0 called gatherv("), r.stdout
+        assert "but world rank 1 called a call that ended without sending what world rank 0 " \
+               "waits for, and went on to call #1" in lines[f"rank {rank}"], r.stdout
+
+
+BEHIND = """
+import time
+import numpy as np
+import ringworld
+
+comm = ringworld.init()
+r = comm.rank
+x = np.ones(4)
+comm.allreduce(x, np.empty(4), algorithm="ring")  # each rank's last call: this one
+if r == 0:  # a receive while rank 1 is a call ahead is no collective's wait
+    got = np.empty(4)
+    comm.recv(got, 1, tag=5)
+    comm.bcast(x, root=1, algorithm="binomial")
+elif r == 1:
+    comm.bcast(x, root=1, algorithm="binomial")  # the root's part ends at once
+    time.sleep(3)
+    comm.send(np.full(4, 7.0), 0, tag=5)
+else:
+    comm.bcast(x, root=1, algorithm="binomial")
+comm.barrier()
+time.sleep(1.5)  # no wait at a beat: each monitor compares from a wait's first second again
+# rank 2 waits in a ring allgather for what rank 1 forwards once rank 0 (4 s late) sends it;
+# rank 1 is a call ahead meanwhile, its allgather in flight: not done with it
+out = np.empty(3)
+if r == 0:
+    time.sleep(4)
+if r == 1:
+    req = comm.iallgather(np.full(1, 1.0), out, algorithm="ring")
+    comm.barrier()
+    req.wait()
+else:
+    comm.allgather(np.full(1, float(r)), out, algorithm="ring")
+    comm.barrier()
+print(f"rank {r}: ok {out.tolist()}", flush=True)
+"""
+
+
+def test_ranks_a_call_ahead_are_no_mismatch_while_they_may_still_send(tmp_path: Path) -> None:
+    prog = tmp_path / "prog.py"
+    prog.write_text(BEHIND)
+    r = subprocess.run([sys.executable, "-m", "ringworld", "run", "-n", "3", "--transport",
+                        "tcp", str(prog)], capture_output=True, text=True, timeout=60,
+                       check=False, stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for rank in range(3):
+        assert f"rank {rank}: ok [0.0, 1.0, 2.0]" in r.stdout, r.stdout
