@@ -215,11 +215,12 @@ class CollectiveRequest(Request[T]):
             self._fail(exc)
 
     def _fail(self, exc: BaseException) -> None:
+        detail = str(exc)
         if isinstance(exc, ShortMessageError | TruncationError) and not exc.call:
             # a block's receive found it: name the call (its peers learn of it below)
             exc.call = (f"{self._name()} #{self._tag & SEQ_MASK} on {self._comm.name} (rank "
                         f"{self._comm.rank} of {self._comm.size})")
-            exc.args = (f"{exc.call}: {exc}",)
+            exc.args = (f"{exc.call}: {detail}",)
         if isinstance(exc, PeerFailure):
             # the rank left without doing its part: every member must learn it, also those
             # waiting on other ranks (a rank leaving with status 0 is no failure to the launcher)
@@ -231,7 +232,7 @@ class CollectiveRequest(Request[T]):
             # they fail with this error instead (a mismatch seen in the call's signature, a
             # revocation or a failed peer reaches them anyway; a short block only this rank saw)
             self._comm.report_left(self._tag,
-                                   f"{self._name()} with {type(exc).__name__}: {exc}"[:400])
+                                   f"{self._name()} with {type(exc).__name__}: {detail}"[:400])
         self._error = exc
         self._finished = True
         # given up here: messages of this call may still come, and are no strays (see Engine)
@@ -260,11 +261,11 @@ class CollectiveRequest(Request[T]):
                     if len(pending) == 1 and isinstance(first, RecvRequest):
                         # spins on the transport first; raises the receive's error
                         comm.wait_recv(first, self._step_done, timeout, self.describe,
-                                       self.depends)
+                                       self.depends, (self._tag, self.awaits))
                     else:
                         if not self._step_done():
                             comm.progress_until(self._step_done, timeout, self.describe,
-                                                self.depends)
+                                                self.depends, (self._tag, self.awaits))
                         raise_first_error(pending)
                     pending.clear()
                 self._run_locals()
@@ -324,6 +325,14 @@ class CollectiveRequest(Request[T]):
         return (f"{self._name()} #{self._tag & SEQ_MASK} on {self._comm.name} (rank "
                 f"{self._comm.rank} of {self._comm.size}), step {self._i + 1} of {len(self._steps)}"
                 + (f", waiting for rank(s) {who}" if who else ""))
+
+    def awaits(self, ranks: Collection[int]) -> int | None:
+        """A world rank of ``ranks`` from which a receive of this step has had nothing yet, or
+        None (called by the monitor's thread: see ``Monitor._left_behind``)."""
+        for r in tuple(self._pending):
+            if isinstance(r, RecvRequest) and not r.matched and r.source in ranks:
+                return r.source
+        return None
 
     def depends(self, dead: Collection[int]) -> int | None:
         """A dead world rank this step still waits for, or None.

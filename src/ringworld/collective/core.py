@@ -208,7 +208,8 @@ class CollectiveCore(ObjectCollectives):
                    op: Op | None) -> int:
         """A 16-bit hash of what every rank must agree on in this call, carried in the tags of
         its messages so that a disagreement fails as MismatchError instead of hanging or
-        corrupting (the engine compares it with the peer's). Cost: one dict lookup."""
+        corrupting (the engine compares it with the peer's). Cost: one dict lookup (of a key
+        holding allgatherv's and reduce_scatter's p counts: O(p))."""
         # per-rank sizes of the v/w variants legitimately differ; everything else must agree,
         # and so must the counts that every rank states whole (allgatherv's, reduce_scatter's)
         varying = collective.endswith(("v", "w")) or spec.counts is not None

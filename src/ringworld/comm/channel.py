@@ -234,7 +234,7 @@ class Channel:
             self._spin_loop(cond, engine.timeout if timeout is None else check_timeout(timeout),
                             describe, waiting_for, abort)
         finally:
-            engine.waiting = engine.waiting_needs = None  # set once the wait got long
+            engine.waiting = engine.waiting_call = None  # set once the wait got long
 
     def _spin_loop(self, cond: Callable[[], bool], timeout: float | None,
                    describe: Callable[[], str], waiting_for: Callable[[], Collection[int]],
@@ -266,9 +266,10 @@ class Channel:
                 deadline = math.inf if timeout is None else now + timeout
                 next_check = now + CHECK_PEERS_EVERY
                 engine.waiting = describe
-                engine.waiting_needs = lambda ranks: next(
-                    (w for w in waiting_for() if w in ranks), None)
-                engine.waiting_since = time.time()
+                engine.waiting_since = since = time.time()
+                ctx = self.coll_context
+                engine.waiting_call = (ctx, engine.entered.get(ctx, -1), since, lambda ranks: next(
+                    (w for w in waiting_for() if w in ranks), None))
             if now >= next_check:
                 next_check = now + CHECK_PEERS_EVERY
                 engine.check_peers()
@@ -441,22 +442,29 @@ class Channel:
 
     def progress_until(self, cond: Callable[[], bool], timeout: float | None,
                        describe: Callable[[], str],
-                       depends: Callable[[Collection[int]], int | None]) -> None:
+                       depends: Callable[[Collection[int]], int | None],
+                       call: tuple[int, Callable[[Collection[int]], int | None]] | None = None
+                       ) -> None:
         """Make progress until ``cond()`` holds (which may raise to end the wait).
 
         ``timeout`` None: the job's. ``depends(dead_world_ranks)`` names a dead rank the wait
-        needs (then it fails), or None. A collective call's own wait (see ``Engine.wait_for``).
+        needs (then it fails), or None. ``call``: a blocking collective call's (tag, awaits),
+        for the monitor (see ``Engine.wait_for``).
 
         Raises:
             Timeout: ``cond`` did not hold in time; the text is ``describe()``.
             PeerFailure: a rank the wait depends on has exited.
             CommBroken: the engine failed.
         """
-        self._engine.wait_for(cond, timeout, describe, depends, in_call=True)
+        self._engine.wait_for(cond, timeout, describe, depends,
+                              call=None if call is None else (self.coll_context,
+                                                              call[0] & SEQ_MASK, call[1]))
 
     def wait_recv(self, req: RecvRequest[Any], cond: Callable[[], bool], timeout: float | None,
                   describe: Callable[[], str],
-                  depends: Callable[[Collection[int]], int | None]) -> None:
+                  depends: Callable[[Collection[int]], int | None],
+                  call: tuple[int, Callable[[Collection[int]], int | None]] | None = None
+                  ) -> None:
         """Wait for ``req``, the only transfer of a schedule's step, as a blocking receive
         waits: spin on the transport first (no clock reads: the latency-critical case), then
         :meth:`progress_until` ``cond()`` (the step is done; it may raise: the call broke).
@@ -469,7 +477,7 @@ class Channel:
             e = self._engine
             e.spin(req, e.recv_spin)
             if not req._done:
-                e.wait_for(cond, timeout, describe, depends, in_call=True)
+                self.progress_until(cond, timeout, describe, depends, call)
         if req._error is not None:
             raise req._error
 

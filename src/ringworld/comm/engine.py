@@ -45,6 +45,10 @@ from ringworld.errors import (
 )
 from ringworld.transport.base import BufferedIncoming, Incoming, SendHandle, Transport
 
+#: a blocking collective call's wait, for the monitor: (context, call number, when it began,
+#: ``awaits(world_ranks)``: one of them that the wait still needs a message from, or None)
+WaitingCall = tuple[int, int, float, Callable[[Collection[int]], int | None]]
+
 FAST_POLLS = 32          # polls before the first clock read
 RECV_SPIN = 4000         # polls of a blocking receive before the general wait loop
 RECV_SPIN_CROWDED = 64   # ... when ranks outnumber cores: the sender may need this core
@@ -121,8 +125,9 @@ class Engine(CallChecks):
         self.comm_names: dict[int, str] = {}  # collective context -> communicator name
         self.current: tuple[int, int, str, tuple[int, ...]] | None = None  # that collective
         self.waiting: Callable[[], str] | None = None  # what a blocking wait waits for
-        # ... and, a collective call's wait, which of some world ranks it cannot end without
-        self.waiting_needs: Callable[[Collection[int]], int | None] | None = None
+        # ... and, a blocking collective call's wait: (context, call number, when it began,
+        # which of some world ranks it still waits for a message from): see Monitor
+        self.waiting_call: WaitingCall | None = None
         self.waiting_since = 0.0  # when it started (wall clock)
         self.remote_failures: list[PeerFailure] = []  # found by the monitor (another thread)
         self.reported: set[int] = set()  # world ranks reported failed (hung, or by the launcher)
@@ -520,14 +525,16 @@ class Engine(CallChecks):
     def wait_for(self, cond: Callable[[], bool], timeout: float | None,
                  describe: Callable[[], str],
                  depends: Callable[[Collection[int]], int | None] | None = None, *,
-                 in_call: bool = False) -> None:
+                 call: tuple[int, int, Callable[[Collection[int]], int | None]] | None = None
+                 ) -> None:
         """Make progress until ``cond()`` holds.
 
         ``timeout`` None means the engine's default (itself possibly None: no limit).
         ``depends(dead_world_ranks)`` names a dead peer the wait needs (then it fails), or None;
-        without it, any dead peer fails the wait. ``in_call``: the wait is a blocking
-        collective call's own (the monitor then asks ``depends`` which of the members that went
-        on to later calls it still needs: see ``Monitor._left_behind``).
+        without it, any dead peer fails the wait. ``call``: the wait is that of a blocking
+        collective call, (context, call number, ``awaits(world_ranks)``: one of them that a
+        receive of the wait has had nothing from yet, or None), for the monitor (see
+        ``Monitor._left_behind``).
 
         Raises:
             Timeout: ``cond`` did not hold within the timeout; names the operation.
@@ -548,12 +555,12 @@ class Engine(CallChecks):
         deadline = None if timeout is None else now + timeout
         next_check = now + CHECK_PEERS_EVERY
         self.waiting = describe
-        self.waiting_needs = depends if in_call else None
-        self.waiting_since = time.time()
+        self.waiting_since = since = time.time()
+        self.waiting_call = None if call is None else (call[0], call[1], since, call[2])
         try:
             self._wait_loop(cond, timeout, deadline, next_check, describe, depends)
         finally:
-            self.waiting = self.waiting_needs = None
+            self.waiting = self.waiting_call = None
 
     def timeout_error(self, what: str, timeout: float, where: str) -> Timeout:
         """The Timeout for ``what`` after ``timeout`` s, with the monitor's job-wide diagnosis."""

@@ -270,24 +270,23 @@ class Monitor:
         self._left_behind(ctx, seq, text, ahead)
 
     def _left_behind(self, ctx: int, seq: int, text: str, ahead: dict[int, int]) -> None:
-        """This rank waits in call ``seq`` for a member that went on to a later call
-        (``ahead``: member -> its call now) with nothing of this one in flight: it finished this
-        call without sending what this rank waits for (their counts disagree: a block one
-        of them counts as empty), and this rank would wait for good. Seen at two checks in a
+        """This rank waits in call ``seq`` for a message from a member that went on to a later
+        call (``ahead``: member -> its call now) with nothing of this one in flight: it finished
+        this call without sending it (their counts disagree: a block one of them counts as
+        empty), and this rank would wait for good. Seen at two checks in a
         row of the same wait (a message just sent has landed by the second), it is a mismatch:
         published as one, every rank's calls from ``seq`` on fail, showing it."""
-        needs = self.engine.waiting_needs
+        call = self.engine.waiting_call  # (the wait of this call: not of another thread's)
         rank = None
-        if ahead and needs is not None:
+        if ahead and call is not None and call[0] == ctx and call[1] == seq:
             try:
-                rank = needs(set(ahead))
+                rank = call[3](set(ahead))
             except Exception:  # racing the main thread's wait: look again at the next check
                 rank = None
-        if rank not in ahead:  # (None, or a rank reported failed: that is handled elsewhere)
+        if rank is None or rank not in ahead or call is None:
             self._behind = None
             return
-        assert rank is not None
-        seen = (ctx, seq, rank, self.engine.waiting_since)
+        seen = (ctx, seq, rank, call[2])
         if self._behind != seen:
             self._behind = seen
             return

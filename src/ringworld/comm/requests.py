@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, NamedTuple, TypeVar
 
-from ringworld.errors import ShortMessageError, TruncationError
+from ringworld.errors import MismatchError, ShortMessageError, TruncationError
 from ringworld.transport.base import Incoming, SendHandle
 
 if TYPE_CHECKING:
@@ -274,6 +274,11 @@ class RecvRequest(Request[T]):
             if inc.nbytes > len(dest):
                 err = TruncationError(inc.nbytes, len(dest), f"from rank {self.status.source}"
                                       + ("" if self.exact else f", tag {inc.tag}"))
+            elif self.exact and not inc.nbytes:  # (schedules send no empty blocks): a peer
+                # that found this call broken tells this rank so (Engine._fail_mismatched)
+                err = MismatchError(f"rank {self.status.source} found this collective call "
+                                    f"broken (ranks called different collectives: its error "
+                                    f"shows both)")
             elif self.exact:  # short: legal for a receive, not for a collective's block
                 err = ShortMessageError(
                     f"rank {self.status.source} sent {inc.nbytes} bytes where this rank "
