@@ -202,19 +202,8 @@ class PointToPoint:
                 view = send_view(buf, "buf")  # raises with a clear message
             except foreign.DeviceBuffer as exc:
                 return self._device_send(exc, buf, dest, tag)
-        if type(dest) is int and 0 <= dest < self.size:
-            w = self._ranks[dest]
-        else:
-            w = self._world(dest, "dest")
-        if type(tag) is not int or not 0 <= tag <= TAG_UB:
-            tag = self._send_tag(tag)
-        engine = self._engine
-        if engine.calm:  # a small message straight into the transport: complete at once
-            t = engine.route[w]
-            if t is not None and t.send_eager(w, self.context, tag, 0, (view,), len(view)):
-                return CompletedRequest(engine, None)
-        h = engine.isend(w, self.context, tag, 0, (view,), len(view))
-        return SendRequest(engine, h, w, view, self.context)
+        req = self._post_send(dest, tag, 0, (view,), len(view), view)
+        return CompletedRequest(self._engine, None) if req is None else req
 
     @observable("p2p")
     def send(self, buf: Any, dest: int, tag: int = 0, *, timeout: float | None = None) -> None:
@@ -237,10 +226,22 @@ class PointToPoint:
 
     def _send_blocking(self, dest: int, tag: int, flags: int, segments: Sequence[memoryview],
                        nbytes: int, keep: object, timeout: float | None) -> None:
-        """Send an encoded message and wait until its buffers (``keep``) may be reused.
+        """Send an encoded message and wait until its buffers (``keep``) may be reused."""
+        req = self._post_send(dest, tag, flags, segments, nbytes, keep)
+        if req is not None:
+            req.wait(timeout)
+
+    def _post_send(self, dest: int, tag: int, flags: int, segments: Sequence[memoryview],
+                   nbytes: int, keep: object) -> SendRequest | None:
+        """Hand an encoded message to the transport; None if it is already sent, else its
+        request (``keep``: what holds its buffers until then).
 
         A small message goes straight into the transport when nothing has failed: no handle,
         no checks beyond these.
+
+        Raises:
+            TypeError / ValueError: bad ``dest`` or ``tag``.
+            CommBroken, PeerFailure: as ``Engine.isend``.
         """
         if type(dest) is int and 0 <= dest < self.size:
             w = self._ranks[dest]
@@ -252,10 +253,9 @@ class PointToPoint:
         if engine.calm:
             t = engine.route[w]
             if t is not None and t.send_eager(w, self.context, tag, flags, segments, nbytes):
-                return
+                return None
         h = engine.isend(w, self.context, tag, flags, segments, nbytes)
-        if not h.done:
-            SendRequest(engine, h, w, keep, self.context).wait(timeout)
+        return None if h.done else SendRequest(engine, h, w, keep, self.context)
 
     @observable("p2p", start=True)
     def irecv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request[Status]:
