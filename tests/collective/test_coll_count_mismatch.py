@@ -211,6 +211,17 @@ def test_blocks_of_the_expected_length_still_pass() -> None:
     assert run_threads(3, prog) == [[10.0, 20.0, 21.0]] * 3
 
 
+def _tcp_job(tmp_path: Path, program: str) -> subprocess.CompletedProcess[str]:
+    """``program`` run by ``ringworld run -n 3 --transport tcp``; it must exit with 0."""
+    prog = tmp_path / "prog.py"
+    prog.write_text(program)
+    r = subprocess.run([sys.executable, "-m", "ringworld", "run", "-n", "3", "--transport",
+                        "tcp", str(prog)], capture_output=True, text=True, timeout=100,
+                       check=False, stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r
+
+
 PROGRAM = """
 import sys
 import numpy as np
@@ -235,12 +246,7 @@ print(f"next {r}: {nxt.tolist()}", flush=True)
 def test_over_tcp_the_default_path_fails_the_call_too(tmp_path: Path) -> None:
     """Ranks over TCP take the message path by default: a root that expects a longer block
     than rank 1 sends fails naming it, and the job goes on."""
-    prog = tmp_path / "prog.py"
-    prog.write_text(PROGRAM)
-    r = subprocess.run([sys.executable, "-m", "ringworld", "run", "-n", "3", "--transport",
-                        "tcp", str(prog)], capture_output=True, text=True, timeout=100,
-                       check=False, stdin=subprocess.DEVNULL)
-    assert r.returncode == 0, r.stdout + r.stderr
+    r = _tcp_job(tmp_path, PROGRAM)
     lines = dict(line.split(": ", 1) for line in r.stdout.splitlines() if ": " in line)
     assert lines["rank 1"] == lines["rank 2"] == "ok None", r.stdout
     assert lines["rank 0"].startswith("ShortMessageError: gatherv ("), r.stdout
@@ -310,12 +316,7 @@ except ringworld.MismatchError as exc:
 
 def test_over_tcp_an_empty_block_fails_the_job_instead_of_hanging(tmp_path: Path) -> None:
     """No timeout set (the default): the ranks used to wait for good."""
-    prog = tmp_path / "prog.py"
-    prog.write_text(STUCK)
-    r = subprocess.run([sys.executable, "-m", "ringworld", "run", "-n", "3", "--transport",
-                        "tcp", str(prog)], capture_output=True, text=True, timeout=60,
-                       check=False, stdin=subprocess.DEVNULL)
-    assert r.returncode == 0, r.stdout + r.stderr
+    r = _tcp_job(tmp_path, STUCK)
     lines = dict(line.split(": ", 1) for line in r.stdout.splitlines() if ": " in line)
     for rank in range(3):
         assert lines[f"rank {rank}"].startswith("collective mismatch on world, call #0: world "
@@ -362,11 +363,6 @@ print(f"rank {r}: ok {out.tolist()}", flush=True)
 
 
 def test_ranks_a_call_ahead_are_no_mismatch_while_they_may_still_send(tmp_path: Path) -> None:
-    prog = tmp_path / "prog.py"
-    prog.write_text(BEHIND)
-    r = subprocess.run([sys.executable, "-m", "ringworld", "run", "-n", "3", "--transport",
-                        "tcp", str(prog)], capture_output=True, text=True, timeout=60,
-                       check=False, stdin=subprocess.DEVNULL)
-    assert r.returncode == 0, r.stdout + r.stderr
+    r = _tcp_job(tmp_path, BEHIND)
     for rank in range(3):
         assert f"rank {rank}: ok [0.0, 1.0, 2.0]" in r.stdout, r.stdout
