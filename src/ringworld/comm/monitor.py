@@ -273,9 +273,9 @@ class Monitor:
         """This rank waits in call ``seq`` for a message from a member that went on to a later
         call (``ahead``: member -> its call now) with nothing of this one in flight: it finished
         this call without sending it (their counts disagree: a block one of them counts as
-        empty), and this rank would wait for good. Seen at two checks in a
-        row of the same wait (a message just sent has landed by the second), it is a mismatch:
-        published as one, every rank's calls from ``seq`` on fail, showing it."""
+        empty), and this rank would wait for good. Seen at two checks in a row of the same
+        wait (a message just sent has landed by the second), it is a mismatch: published as
+        one, every rank's calls from ``seq`` on fail, showing it."""
         call = self.engine.waiting_call  # (the wait of this call: not of another thread's)
         rank = None
         if ahead and call is not None and call[0] == ctx and call[1] == seq:

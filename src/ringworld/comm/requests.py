@@ -275,7 +275,7 @@ class RecvRequest(Request[T]):
                 err = TruncationError(inc.nbytes, len(dest), f"from rank {self.status.source}"
                                       + ("" if self.exact else f", tag {inc.tag}"))
             elif self.exact and not inc.nbytes:  # (schedules send no empty blocks): a peer
-                # that found this call broken tells this rank so (Engine._fail_mismatched)
+                # that found this call broken tells this rank so (CallChecks._fail_mismatched)
                 err = MismatchError(f"rank {self.status.source} found this collective call "
                                     f"broken (ranks called different collectives: its error "
                                     f"shows both)")
