@@ -46,6 +46,11 @@ def send_view(buf: Any, name: str = "buf") -> memoryview:
         TypeError: ``buf`` does not support the buffer protocol.
         ValueError: ``buf`` is not contiguous.
     """
+    try:  # the common case first, as one call: a C-contiguous buffer as bytes (a cast of
+        # another one raises TypeError; 0.05 us less than testing first)
+        return memoryview(buf).cast("B")
+    except TypeError:
+        pass
     try:
         mv = memoryview(buf)
     except TypeError:
@@ -195,13 +200,10 @@ class PointToPoint:
         Raises:
             TypeError / ValueError: bad ``buf``, ``dest`` or ``tag``.
         """
-        try:  # the common case inline, as send's
-            view = memoryview(buf).cast("B")
-        except TypeError:
-            try:
-                view = send_view(buf, "buf")  # raises with a clear message
-            except foreign.DeviceBuffer as exc:
-                return self._device_send(exc, buf, dest, tag)
+        try:
+            view = send_view(buf, "buf")
+        except foreign.DeviceBuffer as exc:
+            return self._device_send(exc, buf, dest, tag)
         req = self._post_send(dest, tag, 0, (view,), len(view), view)
         return CompletedRequest(self._engine, None) if req is None else req
 
@@ -213,15 +215,11 @@ class PointToPoint:
             TypeError / ValueError: bad ``buf``, ``dest`` or ``tag``.
             Timeout, PeerFailure: see :meth:`Request.wait`.
         """
-        try:  # the common case inline: a C-contiguous buffer, as bytes (a cast of another
-            # one raises TypeError; cast unasked, as one call: 0.05 us less than testing first)
-            view = memoryview(buf).cast("B")
-        except TypeError:
-            try:
-                view = send_view(buf, "buf")  # raises with a clear message
-            except foreign.DeviceBuffer as exc:
-                self._device_send(exc, buf, dest, tag).wait(timeout)
-                return
+        try:
+            view = send_view(buf, "buf")
+        except foreign.DeviceBuffer as exc:
+            self._device_send(exc, buf, dest, tag).wait(timeout)
+            return
         self._send_blocking(dest, tag, 0, (view,), len(view), view, timeout)
 
     def _send_blocking(self, dest: int, tag: int, flags: int, segments: Sequence[memoryview],
@@ -264,15 +262,10 @@ class PointToPoint:
         Raises:
             TypeError / ValueError: bad ``buf``, ``source`` or ``tag``.
         """
-        try:  # the common case inline, as recv's
-            view: memoryview | None = memoryview(buf).cast("B")
-        except TypeError:
-            view = None
-        if view is None or view.readonly:
-            try:
-                view = recv_view(buf, "buf")  # raises with a clear message
-            except foreign.DeviceBuffer as exc:
-                return self._device_recv(exc, buf, source, tag)
+        try:
+            view = recv_view(buf, "buf")
+        except foreign.DeviceBuffer as exc:
+            return self._device_recv(exc, buf, source, tag)
         src = (self._ranks[source] if type(source) is int and 0 <= source < self.size
                else self._source(source))
         req = BufferRecvRequest(self._engine, self.context, src,
@@ -290,16 +283,11 @@ class PointToPoint:
             TruncationError: the message is larger than ``buf`` (``buf`` is left untouched).
             Timeout, PeerFailure: see :meth:`Request.wait`.
         """
-        try:  # the common case inline: a writable C-contiguous buffer, as bytes (see send)
-            view: memoryview | None = memoryview(buf).cast("B")
-        except TypeError:
-            view = None
-        if view is None or view.readonly:
-            try:
-                view = recv_view(buf, "buf")  # raises with a clear message
-            except foreign.DeviceBuffer as exc:
-                status: Status = self._device_recv(exc, buf, source, tag).wait(timeout)
-                return status
+        try:
+            view = recv_view(buf, "buf")
+        except foreign.DeviceBuffer as exc:
+            status: Status = self._device_recv(exc, buf, source, tag).wait(timeout)
+            return status
         engine = self._engine
         if type(source) is int and 0 <= source < self.size:
             src = self._ranks[source]
