@@ -211,12 +211,12 @@ def test_blocks_of_the_expected_length_still_pass() -> None:
     assert run_threads(3, prog) == [[10.0, 20.0, 21.0]] * 3
 
 
-def _tcp_job(tmp_path: Path, program: str) -> subprocess.CompletedProcess[str]:
-    """``program`` run by ``ringworld run -n 3 --transport tcp``; it must exit with 0."""
+def _job(tmp_path: Path, program: str, transport: str = "tcp") -> subprocess.CompletedProcess[str]:
+    """``program`` run by ``ringworld run -n 3 --transport <transport>``; it must exit 0."""
     prog = tmp_path / "prog.py"
     prog.write_text(program)
     r = subprocess.run([sys.executable, "-m", "ringworld", "run", "-n", "3", "--transport",
-                        "tcp", str(prog)], capture_output=True, text=True, timeout=100,
+                        transport, str(prog)], capture_output=True, text=True, timeout=100,
                        check=False, stdin=subprocess.DEVNULL)
     assert r.returncode == 0, r.stdout + r.stderr
     return r
@@ -246,7 +246,7 @@ print(f"next {r}: {nxt.tolist()}", flush=True)
 def test_over_tcp_the_default_path_fails_the_call_too(tmp_path: Path) -> None:
     """Ranks over TCP take the message path by default: a root that expects a longer block
     than rank 1 sends fails naming it, and the job goes on."""
-    r = _tcp_job(tmp_path, PROGRAM)
+    r = _job(tmp_path, PROGRAM)
     lines = dict(line.split(": ", 1) for line in r.stdout.splitlines() if ": " in line)
     assert lines["rank 1"] == lines["rank 2"] == "ok None", r.stdout
     assert lines["rank 0"].startswith("ShortMessageError: gatherv ("), r.stdout
@@ -298,6 +298,88 @@ def test_a_block_one_side_counts_as_empty_fails_every_rank(coll: str, p: int) ->
             assert all(w in line for w in want), (r, line)
 
 
+def _unasked_block(comm: Any, coll: str) -> list[str]:
+    """The other way round: a block its receiver counts as empty comes anyway (a message
+    its call ends without taking); the call's and the next call's outcomes."""
+    r, p = comm.rank, comm.size
+    out = []
+    for step in range(2):
+        try:
+            if step:
+                comm.allreduce(np.ones(2), np.empty(2), timeout=30)
+            elif coll == "gatherv":  # rank 1 sends N, the root expects nothing of it
+                c = [0 if i == 1 else N for i in range(p)]
+                comm.gatherv(np.ones(N), np.empty(sum(c)) if r == 0 else None,
+                             c if r == 0 else None, root=0, algorithm="linear", timeout=30)
+            elif coll == "scatterv":  # the root sends rank 1 N, rank 1 expects nothing
+                comm.scatterv(np.ones(N * p) if r == 0 else None, np.empty(0 if r == 1 else N),
+                              [N] * p if r == 0 else None, root=0, algorithm="linear",
+                              timeout=30)
+            else:  # alltoallv: rank 1 sends rank 0 N, rank 0 expects nothing from it
+                rc = [0 if (r == 0 and i == 1) else N for i in range(p)]
+                comm.alltoallv(np.ones(N * p), np.empty(sum(rc)), [N] * p, rc,
+                               algorithm="pairwise", timeout=30)
+            out.append("ok")
+        except ringworld.RingworldError as exc:
+            out.append(f"{type(exc).__name__}: {exc}")
+    return out
+
+
+@pytest.mark.parametrize("p", [2, 3])
+@pytest.mark.parametrize("coll", ["gatherv", "scatterv", "alltoallv"])
+def test_a_block_its_receiver_counts_as_empty_fails_every_rank_at_the_next_call(
+        coll: str, p: int) -> None:
+    """The call ends everywhere (no rank waits for the block); the message left over is found
+    at the receiver's next call, whether it came during the call or after, and every rank
+    fails there. On the shared-memory transport the next call sets up the shared windows: a
+    rank whose peer gave up that set-up used to fail with "rank 1 has no window"."""
+    receiver, sender = (1, 0) if coll == "scatterv" else (0, 1)
+    out = run_threads(p, _unasked_block, coll)
+    call = f"{coll}(algorithm={'pairwise' if coll == 'alltoallv' else 'linear'}"
+    either = re.compile(  # found when the call ended (it came after), or at the next call
+        rf"collective mismatch on world, call #0: (world rank {receiver} called a call that "
+        rf"ended without taking world rank {sender}'s message, but world rank {sender} called "
+        rf"{re.escape(call)}|world ranks {receiver} and {sender} both called {re.escape(call)}"
+        rf".*, but rank {receiver} ended it without taking a message rank {sender} sent it "
+        r"there \(the ranks gave different counts\))")
+    for lines in out:
+        assert lines[0] == "ok", out
+        assert lines[1].startswith("MismatchError: "), out
+        assert either.search(lines[1]), lines[1]
+
+
+UNASKED = """
+import numpy as np
+import ringworld
+
+comm = ringworld.init()
+r = comm.rank
+for step in range(2):
+    try:
+        if step:
+            comm.allreduce(np.ones(2), np.empty(2))
+        else:
+            comm.scatterv(np.ones(9) if r == 0 else None, np.empty(0 if r == 1 else 3),
+                          [3, 3, 3] if r == 0 else None, root=0, algorithm="linear")
+        print(f"rank {r} call {step}: ok", flush=True)
+    except ringworld.RingworldError as exc:
+        print(f"rank {r} call {step}: {type(exc).__name__}: {exc}", flush=True)
+"""
+
+
+def test_over_shm_processes_a_peer_that_gave_up_the_windows_set_up_is_no_transport_error(
+        tmp_path: Path) -> None:
+    """Rank 1 finds the root's message left over once it has created its window for the next
+    call's set-up and passed one barrier: it leaves, taking the window away. The other ranks
+    used to fail with "TransportError: cannot open rank 1's shared window"."""
+    r = _job(tmp_path, UNASKED, transport="shm")
+    for rank in range(3):
+        assert f"rank {rank} call 0: ok" in r.stdout, r.stdout
+        assert f"rank {rank} call 1: MismatchError: collective mismatch on world, call #0: " \
+            in r.stdout, r.stdout
+    assert "TransportError" not in r.stdout, r.stdout
+
+
 STUCK = """
 import numpy as np
 import ringworld
@@ -316,7 +398,7 @@ except ringworld.MismatchError as exc:
 
 def test_over_tcp_an_empty_block_fails_the_job_instead_of_hanging(tmp_path: Path) -> None:
     """No timeout set (the default): the ranks used to wait for good."""
-    r = _tcp_job(tmp_path, STUCK)
+    r = _job(tmp_path, STUCK)
     lines = dict(line.split(": ", 1) for line in r.stdout.splitlines() if ": " in line)
     for rank in range(3):
         assert lines[f"rank {rank}"].startswith("collective mismatch on world, call #0: world "
@@ -363,6 +445,6 @@ print(f"rank {r}: ok {out.tolist()}", flush=True)
 
 
 def test_ranks_a_call_ahead_are_no_mismatch_while_they_may_still_send(tmp_path: Path) -> None:
-    r = _tcp_job(tmp_path, BEHIND)
+    r = _job(tmp_path, BEHIND)
     for rank in range(3):
         assert f"rank {rank}: ok [0.0, 1.0, 2.0]" in r.stdout, r.stdout

@@ -63,7 +63,7 @@ class CallChecks:
     entered_tag: dict[int, int]
     previous_tag: dict[int, int]
     open_calls: defaultdict[int, set[int]]
-    strays: list[tuple[int, int, int]]
+    strays: list[tuple[int, int, int, int]]
     mismatched: dict[int, tuple[int, str]]
     unsurfaced: dict[int, str]
     remote_mismatches: list[tuple[int, int, int, str, int, str | None]]
@@ -95,8 +95,9 @@ class CallChecks:
         # collective calls not finished on this rank, whose messages may still come late:
         # nonblocking ones in flight and ones that failed here (context -> sequence numbers)
         self.open_calls: defaultdict[int, set[int]] = defaultdict(set)
-        # messages no call of this rank will take (context, tag, sender): see _check_unexpected
-        self.strays: list[tuple[int, int, int]] = []
+        # messages no call of this rank will take (context, tag, sender, bytes): see
+        # _check_unexpected
+        self.strays: list[tuple[int, int, int, int]] = []
 
     if TYPE_CHECKING:  # the engine's (see Engine)
         def isend(self, dest: int, context: int, tag: int, flags: int,
@@ -153,8 +154,9 @@ class CallChecks:
         """Record that this rank entered the signed collective call ``tag`` on ``context``.
 
         A message of this call queued with another signature is a mismatch even when this rank
-        posts no receive in the call (a root that only sends): found here or on arrival.
-        Cost: two dict lookups; a scan only when such a message waits.
+        posts no receive in the call (a root that only sends): found here or on arrival. So is
+        one of an earlier call, which ended without taking it (it came while that call ran).
+        Cost: two dict lookups; a scan only when messages of other calls wait.
         """
         old = self.entered_tag.get(context)
         if old is not None:
@@ -162,9 +164,23 @@ class CallChecks:
         self.entered_tag[context] = tag
         m = self._other_signature(context, tag)
         if m is not None:
-            self.strays.append((context, m.tag, m.source))
+            self.strays.append((context, m.tag, m.source, m.nbytes))
+        seqs = self._signed.get(context)
+        if seqs and (len(seqs) > 1 or tag & SEQ_MASK not in seqs):
+            self._find_left_over(context, tag & SEQ_MASK)
 
-    def _check_unexpected(self, context: int, tag: int, source: int) -> None:
+    def _find_left_over(self, context: int, seq: int) -> None:
+        """Note as a stray a queued message of a call before ``seq`` on ``context`` that
+        this rank ended without taking (not one still open: nonblocking, or given up)."""
+        open_calls = self.open_calls.get(context, ())
+        for s in self._signed[context]:
+            if 0 < (seq - s) & TAG_UB < TAG_UB // 2 and s not in open_calls:
+                m = next(m for m in self.unexpected[context]
+                         if m.tag > SEQ_MASK and m.tag & SEQ_MASK == s)
+                self.strays.append((context, m.tag, m.source, m.nbytes))
+                return
+
+    def _check_unexpected(self, context: int, tag: int, source: int, nbytes: int) -> None:
         """A signed collective message nobody has asked for: note it as a stray (a mismatch)
         when it is of this rank's current call with another signature, or of a call this rank
         finished without taking it (every message of a call is taken within the call)."""
@@ -176,23 +192,24 @@ class CallChecks:
         behind = (current - seq) & TAG_UB
         if behind == 0:
             if mine & SEQ_MASK == seq and mine != tag:
-                self.strays.append((context, tag, source))
+                self.strays.append((context, tag, source, nbytes))
         elif behind < TAG_UB // 2 and seq not in self.open_calls.get(context, ()):
-            self.strays.append((context, tag, source))
+            self.strays.append((context, tag, source, nbytes))
 
     def _fail_strays(self) -> None:
         """Turn the stray messages found while polling into mismatches on their communicators:
         the other ranks learn through the fault-tolerance service, every later call fails."""
         found, self.strays = self.strays, []
-        for context, tag, sender in found:
+        for context, tag, sender, nbytes in found:
             if context in self.mismatched:
                 continue
             seq = tag & SEQ_MASK
-            mine = "a call that ended without taking it"
+            mine = f"a call that ended without taking world rank {sender}'s message"
             own = self._own_tag(context, seq)
             if own:
-                if own == tag and self._fail_as_published(context, seq):
-                    continue  # the sender's notice of a mismatch it found: shown as it found it
+                if own == tag and not nbytes and self._fail_as_published(context, seq):
+                    continue  # the sender's notice of a mismatch it found (0 bytes): shown as
+                    # it found it
                 mine = self.signatures.get(own >> SIG_SHIFT, f"signature {own >> SIG_SHIFT:04x}")
             other = self.signatures.get(tag >> SIG_SHIFT)
             if self.ft is not None:
@@ -303,8 +320,14 @@ class CallChecks:
                 if sender_call is None:
                     sender_call = self.ft.read_signature(context, seq, sender)
         name = self.comm_names.get(context, f"context {context}")
-        text = (f"collective mismatch on {name}, call #{seq}: world rank {by} called {by_call},"
-                f" but world rank {sender} called {sender_call or 'another call'}")
+        if by_call == sender_call:  # a message of the call that ``by`` ended without taking
+            what = (f"world ranks {by} and {sender} both called {by_call}, but rank {by} ended "
+                    f"it without taking a message rank {sender} sent it there (the ranks gave "
+                    "different counts)")
+        else:
+            what = (f"world rank {by} called {by_call}, but world rank {sender} called "
+                    f"{sender_call or 'another call'}")
+        text = f"collective mismatch on {name}, call #{seq}: {what}"
         first = context not in self.mismatched  # else known (and maybe raised) already
         self.mismatched.setdefault(context, (seq, text))
         if not failed and first:  # no call of this rank waits in it: the next one raises,

@@ -151,6 +151,9 @@ class Channel:
 
         Raises:
             TransportError: the ranks cannot share memory, or it is exhausted.
+            MismatchError / CommBroken: a rank gave up the call (``sync``) after the first
+                sync, for this reason (another call's message, an error), and took its
+                segment away.
         """
         t = self._window_transport()
         if t is None:
@@ -161,7 +164,12 @@ class Channel:
             mine = t.window_create(full, nbytes)
             sync()
             for i, w in enumerate(self._ranks):
-                views.append(mine if i == self.rank else t.window_attach(w, full, nbytes))
+                try:
+                    views.append(mine if i == self.rank else t.window_attach(w, full, nbytes))
+                except TransportError:
+                    # its owner passed the first sync, then gave up the call: its reason
+                    self._engine.raise_published(self.coll_context, self._coll_seq - 1)
+                    raise
             sync()
         finally:
             t.window_unlink(full)

@@ -240,7 +240,7 @@ class Engine(CallChecks):
                 self._drop(inc)  # of a call this rank refused as its root
                 return
             if self.entered_tag:
-                self._check_unexpected(inc.context, inc.tag, inc.source)
+                self._check_unexpected(inc.context, inc.tag, inc.source, inc.nbytes)
             tags = self._signed[inc.context].setdefault(inc.tag & SEQ_MASK, {})
             tags[inc.tag] = tags.get(inc.tag, 0) + 1
         if inc.lazy:
@@ -690,6 +690,23 @@ class Engine(CallChecks):
             return False
         self.check_peers()
         return True
+
+    def raise_published(self, context: int, seq: int) -> None:
+        """Raise what other ranks published that breaks call ``seq`` on ``context`` (a
+        mismatch at it or before, a member that left it with an error, a failed peer), taken
+        in now: a rank about to blame a peer for something missing (its shared window) looks
+        first for the reason the peer gave up. Returns if nothing is published (or there is no
+        monitor). Cost: a few store round trips.
+
+        Raises:
+            MismatchError, CommBroken, PeerFailure: as published.
+        """
+        if self.ft is not None:
+            with contextlib.suppress(RingworldError):
+                self.ft.collect_now()
+        self.check_peers()
+        self.check_mismatched(context, seq)
+        self.check_left(context, seq)
 
     # ------------------------------------------------------------------ failure
     def revoke(self, contexts: Sequence[int], why: CommRevoked) -> None:
