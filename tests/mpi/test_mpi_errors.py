@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ringworld.errors import TruncationError
+from ringworld.errors import MismatchError, TruncationError
 from ringworld.testing import run_processes
 
 
@@ -133,3 +133,40 @@ def test_mpi_exception_carries_an_error_class() -> None:
 
     (got,) = run_processes(1, _mpi_exception_is_raised_and_caught, timeout=30)
     assert got == [MPI.ERR_COMM, MPI.ERR_COMM, "Invalid communicator", MPI.ERR_COMM, True, True]
+
+
+def _vector_mismatch(comm: object) -> list[str]:
+    """Rank 2 gives one count less for its own block than the others (gatherv) and than the
+    root gives it (scatterv), then an allreduce; each outcome."""
+    from ringworld import MPI
+
+    world = MPI.COMM_WORLD
+    r = world.Get_rank()
+    c = [3, 3, 2] if r == 2 else [3, 3, 3]
+    out = []
+    for call in ("Gatherv", "Scatterv"):
+        try:
+            if call == "Gatherv":
+                recv = np.empty(9) if r == 0 else None
+                world.Gatherv(np.ones(c[r]), [recv, c, MPI.DOUBLE] if r == 0 else None, root=0)
+            else:
+                world.Scatterv([np.ones(9), [3, 3, 3], MPI.DOUBLE] if r == 0 else None,
+                               np.empty(c[r]), root=0)
+            out.append("ok")
+        except MismatchError as exc:  # native errors propagate as themselves
+            out.append(str(exc))
+    got = np.empty(1)
+    world.Allreduce(np.ones(1), got)
+    out.append(str(got[0]))
+    return out
+
+
+def test_a_vector_count_mismatch_in_the_shared_windows_is_told_in_bytes() -> None:
+    """The layer passes its buffers as bytes: the error's amounts say bytes, not elements."""
+    res = run_processes(3, _vector_mismatch, transport="shm", timeout=60)
+    assert res[0][0].endswith("rank 2 sent 16 bytes, this rank (the root, rank 0) expects 24 "
+                              "bytes (counts[2])"), res
+    assert res[2][1].endswith("the root (rank 0) sends 24 bytes to this rank (rank 2), which "
+                              "expects 16 bytes"), res
+    assert [res[1][:2], res[2][0], res[0][1]] == [["ok", "ok"], "ok", "ok"], res
+    assert [x[2] for x in res] == ["3.0"] * 3, res

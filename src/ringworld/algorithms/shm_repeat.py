@@ -233,7 +233,7 @@ def _gatherv_root(a: Arena, c: Sequence[int], d: Sequence[int], heads: _Pair, da
             elif bad < 0:
                 bad = i
         if bad >= 0:
-            raise wrong_block(a, bad, heads[e][bad][0], c)
+            raise wrong_block(a, bad, heads[e][bad][0], c, recv)
         return True
 
     return run

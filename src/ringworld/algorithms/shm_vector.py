@@ -139,6 +139,15 @@ def _pack(head: memoryview, out: Array, counts: Sequence[int], displs: Sequence[
             at += n
 
 
+def _units(n: object, buf: Array, again: bool = False) -> str:
+    """``n`` elements of ``buf``'s dtype, in words: bytes where they are bytes (the MPI
+    layer passes its buffers so, whatever their MPI datatype); ``again``: a second amount
+    in one sentence, whose elements go without saying."""
+    if buf.itemsize == 1:
+        return f"{n} bytes"
+    return str(n) if again else f"{n} elements"
+
+
 def _mismatch(a: Arena, text: str) -> MismatchError:
     """A disagreement seen after a sync every rank passed: the windows stay usable."""
     exc = MismatchError(f"{a.what}: {text}")
@@ -216,7 +225,7 @@ def gatherv(a: Arena, spec: Spec, send: Array, recv: Array, op: Op | None = None
     if large:
         a.sync()  # every block has landed
     if bad:
-        raise wrong_block(a, *bad[0], c)
+        raise wrong_block(a, *bad[0], c, recv)
     return True
 
 
@@ -234,15 +243,16 @@ def gatherv_sent(a: Arena, root: int, send: Array, h: memoryview) -> bool:
             a.write(root, 0, h[1 + p + r] * send.itemsize, send)
         a.sync()  # every block has landed
     if wrong:
-        raise _mismatch(a, f"the root (rank {root}) expects {expects} elements from this "
-                           f"rank (rank {r}), which sent {send.size}")
+        raise _mismatch(a, f"the root (rank {root}) expects {_units(expects, send)} from "
+                           f"this rank (rank {r}), which sent {_units(send.size, send, True)}")
     return True
 
 
-def wrong_block(a: Arena, i: int, n: int, counts: Sequence[int]) -> MismatchError:
+def wrong_block(a: Arena, i: int, n: int, counts: Sequence[int], recv: Array
+                ) -> MismatchError:
     """A gatherv root's error: rank ``i`` sent ``n`` elements, not ``counts[i]``."""
-    return _mismatch(a, f"rank {i} sent {n} elements, this rank (the root, rank "
-                        f"{a.chan.rank}) expects {counts[i]} (counts[{i}])")
+    return _mismatch(a, f"rank {i} sent {_units(n, recv)}, this rank (the root, rank "
+                        f"{a.chan.rank}) expects {_units(counts[i], recv, True)} (counts[{i}])")
 
 
 def _gatherv_eager(a: Arena, spec: Spec, send: Array, recv: Array) -> bool:
@@ -290,8 +300,8 @@ def _gatherv_eager(a: Arena, spec: Spec, send: Array, recv: Array) -> bool:
                        need=head + n * isz if fits else head)
         if wrong:
             expects = "fewer" if wrong[0] < 0 else wrong[0]
-            raise _mismatch(a, f"the root (rank {root}) expects {expects} elements from this "
-                               f"rank (rank {r}), which sent {n}")
+            raise _mismatch(a, f"the root (rank {root}) expects {_units(expects, send)} from "
+                               f"this rank (rank {r}), which sent {_units(n, send, True)}")
         return True
     c, d = spec.counts, spec.displs
     assert c is not None and d is not None
@@ -318,7 +328,7 @@ def _gatherv_eager(a: Arena, spec: Spec, send: Array, recv: Array) -> bool:
     a.eager_gather(_WHOLE, root, _WHOLE, fill=take, lead=lead if large else None)
     recv[d[r] : d[r] + c[r]] = send  # (in place: the same bytes onto themselves)
     if bad:
-        raise wrong_block(a, *bad[0], c)
+        raise wrong_block(a, *bad[0], c, recv)
     return True
 
 
@@ -372,8 +382,8 @@ def scatterv_got(a: Arena, root: int, recv: Array, h: memoryview, data: Array) -
     elif not wrong:
         recv[...] = data[at : at + n]
     if wrong:
-        raise _mismatch(a, f"the root (rank {root}) sends {n} elements to this rank (rank {r}), "
-                           f"which expects {recv.size}")
+        raise _mismatch(a, f"the root (rank {root}) sends {_units(n, recv)} to this rank (rank "
+                           f"{r}), which expects {_units(recv.size, recv, True)}")
     return True
 
 
@@ -428,8 +438,8 @@ def _scatterv_eager(a: Arena, spec: Spec, send: Array, recv: Array) -> bool:
             a.read(root, 0, at * isz, recv)
         a.sync()
     if n != recv.size:
-        raise _mismatch(a, f"the root (rank {root}) sends {n} elements to this rank (rank "
-                           f"{r}), which expects {recv.size}")
+        raise _mismatch(a, f"the root (rank {root}) sends {_units(n, recv)} to this rank (rank "
+                           f"{r}), which expects {_units(recv.size, recv, True)}")
     return True
 
 
@@ -483,8 +493,9 @@ def alltoallv_take(a: Arena, spec: Spec, send: Array, recv: Array, head: list[me
     if read:
         a.sync()  # no rank changes its send while a peer still reads it
     if wrong >= 0:
-        raise _mismatch(a, f"rank {wrong} sends {sent} elements to this rank "
-                           f"(rank {r}), which expects {rc[wrong]} (recvcounts[{wrong}])")
+        raise _mismatch(a, f"rank {wrong} sends {_units(sent, recv)} to this rank "
+                           f"(rank {r}), which expects {_units(rc[wrong], recv, True)} "
+                           f"(recvcounts[{wrong}])")
     return True
 
 
