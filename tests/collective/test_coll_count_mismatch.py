@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -378,6 +379,47 @@ def test_over_shm_processes_a_peer_that_gave_up_the_windows_set_up_is_no_transpo
         assert f"rank {rank} call 1: MismatchError: collective mismatch on world, call #0: " \
             in r.stdout, r.stdout
     assert "TransportError" not in r.stdout, r.stdout
+
+
+def _empty_after_a_long_wait(comm: Any, nonblocking: bool) -> list[str]:
+    """Ranks 1 and 2 wait 4.5 s for rank 0 in an allreduce (the monitor's checks of that wait
+    space out), then a gatherv to rank 2 whose rank 1 sends nothing where the root expects N:
+    blocking, or nonblocking and waited for."""
+    r, p = comm.rank, comm.size
+    if r == 0:
+        time.sleep(4.5)
+    comm.allreduce(np.ones(2), np.empty(2), timeout=30)
+    out = []
+    for step in range(2):
+        try:
+            if step:
+                comm.allreduce(np.ones(2), np.empty(2), timeout=30)
+            else:
+                args = (np.ones(0 if r == 1 else N), np.empty(N * p) if r == 2 else None,
+                        [N] * p if r == 2 else None)
+                if nonblocking:
+                    req = comm.igatherv(*args, root=2, algorithm="linear")
+                    req.wait(timeout=12)
+                else:
+                    comm.gatherv(*args, root=2, algorithm="linear", timeout=12)
+            out.append("ok")
+        except ringworld.RingworldError as exc:
+            out.append(f"{type(exc).__name__}: {exc}")
+    return out
+
+
+@pytest.mark.parametrize("nonblocking", [False, True])
+def test_an_empty_block_is_found_in_a_wait_that_follows_a_long_one(nonblocking: bool) -> None:
+    """The monitor judges each wait from its start (it used to keep the doubled spacing of an
+    earlier long wait: the first checks came after 8 and 16 s, past this call's timeout), and
+    a nonblocking collective's wait too (it used to wait for good)."""
+    out = run_threads(3, _empty_after_a_long_wait, nonblocking)
+    want = (": world rank 2 called gatherv(algorithm=linear", "but world rank 1 called a call "
+            "that ended without sending what world rank 2 waits for, and went on to call #")
+    for r, lines in enumerate(out):
+        assert len(lines) == 2, out
+        for line in lines[1 if r != 2 else 0 :]:
+            assert line.startswith("MismatchError: ") and all(w in line for w in want), out
 
 
 STUCK = """

@@ -23,7 +23,13 @@ import numpy as np
 
 from ringworld.algorithms.schedule import COPY, Schedule
 from ringworld.comm.ops import Op
-from ringworld.comm.requests import SEQ_MASK, RecvRequest, Request, raise_first_error
+from ringworld.comm.requests import (
+    SEQ_MASK,
+    RecvRequest,
+    Request,
+    check_timeout,
+    raise_first_error,
+)
 from ringworld.errors import (
     CommBroken,
     CommRevoked,
@@ -306,7 +312,12 @@ class CollectiveRequest(Request[T]):
             TruncationError: a message was larger than expected (ranks disagree on counts).
         """
         try:
-            return super().wait(timeout)
+            if timeout is not None:
+                check_timeout(timeout)
+            if not self.done:  # (a collective's wait: the monitor judges it, see awaits)
+                self._comm.progress_until(lambda: self.done, timeout, self.describe,
+                                          self.depends, (self._tag, self.awaits))
+            return self._value()
         except BaseException as exc:
             if not self._finished:
                 self._fail(exc)

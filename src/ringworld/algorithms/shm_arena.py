@@ -685,6 +685,8 @@ class Arena(RaceCalls):
                 pick = i
         c = self._ctr[pick]
         how, first = c[FAILED_FROM] & 0xFF, (c[FAILED_FROM] >> 8) - 1
+        if how == 1 and self._seq >= 0:  # a mismatch: its whole text where it was published
+            self.chan.raise_published(self._seq)  # (the header holds FAILED_TEXT_BYTES)
         raise peer_left(how, first, self._read_text(pick), self.what, c[FAILED] - 1)
 
     def _write_text(self, text: str) -> None:

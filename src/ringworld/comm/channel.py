@@ -25,7 +25,7 @@ from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from ringworld.comm import serialize as objects
-from ringworld.comm.engine import CHECK_PEERS_EVERY, Engine
+from ringworld.comm.engine import CHECK_PEERS_EVERY, Awaits, Engine
 from ringworld.comm.pacing import SLEEP, SPIN, YIELD, Pacer
 from ringworld.comm.requests import (
     SEQ_MASK,
@@ -168,7 +168,7 @@ class Channel:
                     views.append(mine if i == self.rank else t.window_attach(w, full, nbytes))
                 except TransportError:
                     # its owner passed the first sync, then gave up the call: its reason
-                    self._engine.raise_published(self.coll_context, self._coll_seq - 1)
+                    self.raise_published(self._coll_seq - 1)
                     raise
             sync()
         finally:
@@ -277,7 +277,7 @@ class Channel:
                 engine.waiting_since = since = time.time()
                 ctx = self.coll_context
                 engine.waiting_call = (ctx, engine.entered.get(ctx, -1), since, lambda ranks: next(
-                    (w for w in waiting_for() if w in ranks), None))
+                    (w for w in waiting_for() if w in ranks), None), self._ranks, None)
             if now >= next_check:
                 next_check = now + CHECK_PEERS_EVERY
                 engine.check_peers()
@@ -451,28 +451,27 @@ class Channel:
     def progress_until(self, cond: Callable[[], bool], timeout: float | None,
                        describe: Callable[[], str],
                        depends: Callable[[Collection[int]], int | None],
-                       call: tuple[int, Callable[[Collection[int]], int | None]] | None = None
-                       ) -> None:
+                       call: tuple[int, Awaits] | None = None) -> None:
         """Make progress until ``cond()`` holds (which may raise to end the wait).
 
         ``timeout`` None: the job's. ``depends(dead_world_ranks)`` names a dead rank the wait
-        needs (then it fails), or None. ``call``: a blocking collective call's (tag, awaits),
-        for the monitor (see ``Engine.wait_for``).
+        needs (then it fails), or None. ``call``: a collective call's (tag, awaits), for the
+        monitor (see ``Engine.wait_for``).
 
         Raises:
             Timeout: ``cond`` did not hold in time; the text is ``describe()``.
             PeerFailure: a rank the wait depends on has exited.
             CommBroken: the engine failed.
         """
-        self._engine.wait_for(cond, timeout, describe, depends,
-                              call=None if call is None else (self.coll_context,
-                                                              call[0] & SEQ_MASK, call[1]))
+        e = self._engine
+        e.wait_for(cond, timeout, describe, depends, call=None if call is None else (
+            self.coll_context, call[0] & SEQ_MASK, call[1], self._ranks,
+            e.signatures.get(call[0] >> SIG_SHIFT)))
 
     def wait_recv(self, req: RecvRequest[Any], cond: Callable[[], bool], timeout: float | None,
                   describe: Callable[[], str],
                   depends: Callable[[Collection[int]], int | None],
-                  call: tuple[int, Callable[[Collection[int]], int | None]] | None = None
-                  ) -> None:
+                  call: tuple[int, Awaits] | None = None) -> None:
         """Wait for ``req``, the only transfer of a schedule's step, as a blocking receive
         waits: spin on the transport first (no clock reads: the latency-critical case), then
         :meth:`progress_until` ``cond()`` (the step is done; it may raise: the call broke).
@@ -503,6 +502,12 @@ class Channel:
         MismatchError showing it, on every path."""
         self._engine.mismatched.setdefault(self.coll_context, (seq, text))
         self._engine.unsurfaced.pop(self.coll_context, None)  # the caller raises it
+
+    def raise_published(self, seq: int) -> None:
+        """Raise what other ranks published that breaks this communicator's call ``seq`` (a
+        mismatch, a member that left it, a failed peer), taken in now; return if nothing is.
+        Cost: a few store round trips (see ``Engine.raise_published``)."""
+        self._engine.raise_published(self.coll_context, seq)
 
     def check_sequence(self, seq: int, sig: Any = None) -> None:
         """Raise if this communicator's collective sequence broke at call ``seq`` or before

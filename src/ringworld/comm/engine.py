@@ -45,9 +45,15 @@ from ringworld.errors import (
 )
 from ringworld.transport.base import BufferedIncoming, Incoming, SendHandle, Transport
 
-#: a blocking collective call's wait, for the monitor: (context, call number, when it began,
-#: ``awaits(world_ranks)``: one of them that the wait still needs a message from, or None)
-WaitingCall = tuple[int, int, float, Callable[[Collection[int]], int | None]]
+#: how a collective's wait says what it waits for: ``awaits(world_ranks)`` gives one of them
+#: that the wait still needs a message from, or None
+Awaits = Callable[[Collection[int]], int | None]
+#: a collective call's wait (blocking, or a nonblocking one's), for the monitor: (context,
+#: call number, when it began, awaits, the communicator's world ranks, the call's signature
+#: text or None where the call in progress says it)
+WaitingCall = tuple[int, int, float, Awaits, Sequence[int], str | None]
+#: what a collective's wait tells :meth:`Engine.wait_for`: a WaitingCall less when it began
+CallWait = tuple[int, int, Awaits, Sequence[int], str | None]
 
 FAST_POLLS = 32          # polls before the first clock read
 RECV_SPIN = 4000         # polls of a blocking receive before the general wait loop
@@ -525,16 +531,13 @@ class Engine(CallChecks):
     def wait_for(self, cond: Callable[[], bool], timeout: float | None,
                  describe: Callable[[], str],
                  depends: Callable[[Collection[int]], int | None] | None = None, *,
-                 call: tuple[int, int, Callable[[Collection[int]], int | None]] | None = None
-                 ) -> None:
+                 call: CallWait | None = None) -> None:
         """Make progress until ``cond()`` holds.
 
         ``timeout`` None means the engine's default (itself possibly None: no limit).
         ``depends(dead_world_ranks)`` names a dead peer the wait needs (then it fails), or None;
-        without it, any dead peer fails the wait. ``call``: the wait is that of a blocking
-        collective call, (context, call number, ``awaits(world_ranks)``: one of them that a
-        receive of the wait has had nothing from yet, or None), for the monitor (see
-        ``Monitor._left_behind``).
+        without it, any dead peer fails the wait. ``call``: the wait is that of a collective
+        call (see ``CallWait``), for the monitor (see ``Monitor._left_behind``).
 
         Raises:
             Timeout: ``cond`` did not hold within the timeout; names the operation.
@@ -556,7 +559,8 @@ class Engine(CallChecks):
         next_check = now + CHECK_PEERS_EVERY
         self.waiting = describe
         self.waiting_since = since = time.time()
-        self.waiting_call = None if call is None else (call[0], call[1], since, call[2])
+        self.waiting_call = (None if call is None
+                             else (call[0], call[1], since, call[2], call[3], call[4]))
         try:
             self._wait_loop(cond, timeout, deadline, next_check, describe, depends)
         finally:

@@ -103,6 +103,7 @@ class Monitor:
         self._gone: set[int] = set()  # ranks seen to have left the job (finished)
         self._history: deque[tuple[float, str]] = deque(maxlen=HISTORY)
         self._compare_after = self.interval  # seconds of a wait before comparing calls
+        self._compare_wait: float | None = None  # the start of the wait that schedule is of
         self._behind: tuple[int, int, int, float] | None = None  # see _left_behind
         self._collecting = threading.Lock()  # _collect runs on the thread or in collect_now
         # this process's identity for same-host peers (see _alive_here): pid and start time
@@ -234,59 +235,86 @@ class Monitor:
         communicator and number) with another signature: the two ranks disagree on which
         collective they are in, and may both wait for good (a rank on the shared-memory path
         and one on the message path that only receives, say). Found, it breaks the sequence
-        there on every rank, as a mismatch found by a receive does.
+        there on every rank, as a mismatch found by a receive does. Then look for a member
+        the wait needs that is done with the call waited for (:meth:`_left_behind`).
 
-        Checked after ``interval`` of waiting, then after twice as long each time (a member
-        may enter its call later). Cost: one store read per member each time.
+        Checked after ``interval`` of a wait, then after twice as long each time, up to 30 s
+        (a member may enter its call later); a new wait starts over. Cost: one store read per
+        member each time.
         """
         e = self.engine
-        mine = state.get("call")
-        waited = time.time() - e.waiting_since
-        if mine is None or "waiting" not in state or waited < self._compare_after:
+        since = e.waiting_since
+        if "waiting" not in state or since != self._compare_wait:
+            self._compare_wait = since if "waiting" in state else None
+            self._compare_after = self.interval
             if "waiting" not in state:
-                self._compare_after = self.interval
+                return
+        if time.time() - since < self._compare_after:
             return
         self._compare_after = min(2 * self._compare_after, 30.0)
+        read: dict[int, Any] = {}  # member -> its call now, read once
+        mine = state.get("call")
         cur = e.current
-        if cur is None or cur[0] != mine[0]:
-            return
-        ctx, seq, text = mine
-        ahead: dict[int, int] = {}  # members done with this call: their call now
-        for member in cur[3]:
-            if member == self.rank or member in e.dead:
-                continue
-            their_state = get_json(store, state_key(member), 0.5)
-            theirs = their_state.get("call")
-            if not (isinstance(theirs, list) and len(theirs) == 3 and theirs[0] == ctx
-                    and isinstance(theirs[1], int)):
-                continue
-            if theirs[1] == seq and theirs[2] != text:
-                other = str(theirs[2])
-                self.publish_mismatch(ctx, seq, text, member, other)
-                e.remote_mismatches.append((ctx, seq, self.rank, text, member, other))
-                return
-            if 0 < (theirs[1] - seq) & TAG_UB < AHEAD_BOUND and not their_state.get("nb"):
-                ahead[member] = theirs[1]
-        self._left_behind(ctx, seq, text, ahead)
+        if mine is not None and cur is not None and cur[0] == mine[0]:
+            ctx, seq, text = mine
+            for member in cur[3]:
+                if member == self.rank or member in e.dead:
+                    continue
+                theirs = read[member] = self._their_call(store, member)
+                if theirs is not None and theirs[0] == ctx and theirs[1] == seq \
+                        and theirs[2] != text:
+                    other = str(theirs[2])
+                    self.publish_mismatch(ctx, seq, text, member, other)
+                    e.remote_mismatches.append((ctx, seq, self.rank, text, member, other))
+                    return
+        self._left_behind(store, mine, read)
 
-    def _left_behind(self, ctx: int, seq: int, text: str, ahead: dict[int, int]) -> None:
-        """This rank waits in call ``seq`` for a message from a member that went on to a later
-        call (``ahead``: member -> its call now) with nothing of this one in flight: it finished
-        this call without sending it (their counts disagree: a block one of them counts as
-        empty), and this rank would wait for good. Seen at two checks in a row of the same
-        wait (a message just sent has landed by the second), it is a mismatch: published as
-        one, every rank's calls from ``seq`` on fail, showing it."""
-        call = self.engine.waiting_call  # (the wait of this call: not of another thread's)
-        rank = None
-        if ahead and call is not None and call[0] == ctx and call[1] == seq:
-            try:
-                rank = call[3](set(ahead))
-            except Exception:  # racing the main thread's wait: look again at the next check
-                rank = None
-        if rank is None or rank not in ahead or call is None:
+    def _their_call(self, store: Store, member: int) -> tuple[int, int, Any, bool] | None:
+        """``member``'s collective call in progress as (context, number, signature text,
+        whether it has nonblocking collectives in flight), or None."""
+        state = get_json(store, state_key(member), 0.5)
+        theirs = state.get("call")
+        if not (isinstance(theirs, list) and len(theirs) == 3
+                and isinstance(theirs[0], int) and isinstance(theirs[1], int)):
+            return None
+        return theirs[0], theirs[1], theirs[2], bool(state.get("nb"))
+
+    def _left_behind(self, store: Store, mine: list[Any] | None,
+                     read: dict[int, Any]) -> None:
+        """This rank waits in a collective call (blocking, or a nonblocking one's wait) for a
+        message from a member that went on to a later call with nothing of this one in
+        flight: it finished this call without sending it (their counts disagree: a block one
+        of them counts as empty), and this rank would wait for good. Seen at two checks in a
+        row of the same wait (a message just sent has landed by the second), it is a
+        mismatch: published as one, every rank's calls from the waited one on fail, showing
+        it. ``mine``: this rank's call in progress (its signature text is the waited call's
+        where they are one); ``read``: members' calls already read at this check."""
+        e = self.engine
+        call = e.waiting_call  # (the wait of this call: not of another thread's)
+        if call is None:
             self._behind = None
             return
-        seen = (ctx, seq, rank, call[2])
+        ctx, seq, since, awaits, members, text = call
+        if text is None and mine is not None and mine[:2] == [ctx, seq]:
+            text = mine[2]
+        ahead: dict[int, int] = {}  # members done with the waited call: their call now
+        for member in members if text else ():
+            if member == self.rank or member in e.dead:
+                continue
+            theirs = read[member] if member in read else self._their_call(store, member)
+            if theirs is not None and theirs[0] == ctx and not theirs[3] \
+                    and 0 < (theirs[1] - seq) & TAG_UB < AHEAD_BOUND:
+                ahead[member] = theirs[1]
+        rank = None
+        if ahead:
+            try:
+                rank = awaits(set(ahead))
+            except Exception:  # racing the main thread's wait: look again at the next check
+                rank = None
+        if rank is None or rank not in ahead or text is None:
+            self._behind = None
+            return
+        seen = (ctx, seq, rank, since)
         if self._behind != seen:
             self._behind = seen
             return
@@ -295,7 +323,7 @@ class Monitor:
                  f"and went on to call #{ahead[rank]} (the ranks gave different counts, or "
                  f"made different calls)")
         self.publish_mismatch(ctx, seq, text, rank, other)
-        self.engine.remote_mismatches.append((ctx, seq, self.rank, text, rank, other))
+        e.remote_mismatches.append((ctx, seq, self.rank, text, rank, other))
 
     def _neighbours(self) -> list[int]:
         """The ranks on this rank's host that it vouches for: the next few in rank order."""
