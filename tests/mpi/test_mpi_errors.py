@@ -170,3 +170,30 @@ def test_a_vector_count_mismatch_in_the_shared_windows_is_told_in_bytes() -> Non
                               "expects 16 bytes"), res
     assert [res[1][:2], res[2][0], res[0][1]] == [["ok", "ok"], "ok", "ok"], res
     assert [x[2] for x in res] == ["3.0"] * 3, res
+
+
+def _waitall_with_a_failed_request(comm: object) -> list[Any]:
+    """Rank 0's first receive is too small (a TruncationError), its second comes 0.3 s later:
+    Waitall raises the first error once both are complete."""
+    import time
+
+    from ringworld import MPI
+
+    world = MPI.COMM_WORLD
+    if world.Get_rank() == 1:
+        world.Send(np.arange(4.0), 0, tag=1)
+        time.sleep(0.3)
+        world.Send(np.arange(4.0) + 10, 0, tag=2)
+        return []
+    small, late = np.zeros(1), np.zeros(4)
+    reqs = [world.Irecv(small, 1, tag=1), world.Irecv(late, 1, tag=2)]
+    try:
+        MPI.Request.Waitall(reqs)
+    except TruncationError as exc:
+        return ["TruncationError", late.tolist(), [bool(r) for r in reqs], str(exc)[:40]]
+    return ["no error"]
+
+
+def test_waitall_raises_the_first_error_once_every_request_is_complete() -> None:
+    got = run_processes(2, _waitall_with_a_failed_request, timeout=60)[0]
+    assert got[:3] == ["TruncationError", [10.0, 11.0, 12.0, 13.0], [True, True]], got
