@@ -410,25 +410,31 @@ class Arena(RaceCalls):
                 fill(root, self._entry(root, e, buf))
         self._eager_end(s, root, stamp)
 
-    def bcast_runner(self, root: int, like: Array) -> Callable[..., None]:
+    def bcast_runner(self, root: int, like: Array, skip: int = 0,
+                     own: slice | None = None) -> Callable[..., None]:
         """:meth:`eager_bcast` from ``root``, with ``shm_collectives.RUN``'s arguments (its
         arena, op and root are this one's), for flat arrays of ``like``'s dtype and size, at
         most EAGER_SMALL bytes (small entries): the entries' views made once, for a repeated
-        broadcast (see shm_repeat). Raises: as eager_bcast."""
-        entries = [self._entry(root, e, like) for e in range(EAGER_RING)]
+        broadcast (see shm_repeat). A small scatter is such a broadcast of the root's
+        ``send``, ``like`` (``own``: its own block, copied into its ``recv``), of which every
+        other rank takes the ``like``-sized block from element ``skip`` on. Raises: as
+        eager_bcast."""
+        entries = [self._entry(root, e, like, skip) for e in range(EAGER_RING)]
         mine, src, others = self._mine, self._ctr[root], self._others
 
         def put(_: Arena, send: Array, buf: Array, _op: Any, _root: int) -> None:
             s, word, stamp = self._eager_begin()
             if s - EAGER_RING > self._ring_done:  # (as _eager_put, for a small entry)
                 self._ring_space(s - EAGER_RING)
-            entries[s % EAGER_RING][...] = buf
+            entries[s % EAGER_RING][...] = buf if own is None else send
             mine[word] = stamp
             want = stamp >> 32
             for c in others:
                 if c[word] >> 32 == want:
                     self._two_roots(word, want)
             self._eager_end(s, root, stamp)
+            if own is not None:
+                buf[...] = send[own]  # (its own place when in place: harmless)
 
         def take(_: Arena, send: Array, buf: Array, _op: Any, _root: int) -> None:
             s, word, stamp = self._eager_begin()
@@ -436,7 +442,7 @@ class Arena(RaceCalls):
             if got | 1 != stamp | 1:
                 got = self._eager_take(root, s, word, stamp, _BCAST)
             # (a large entry only if the root's size differs, which the signature excludes)
-            buf[...] = (self._entry(root, EAGER_RING + s % EAGER_BIG, buf) if got & 1
+            buf[...] = (self._entry(root, EAGER_RING + s % EAGER_BIG, buf, skip) if got & 1
                         else entries[s % EAGER_RING])
             self._eager_end(s, root, stamp)
 

@@ -59,6 +59,13 @@ def quick(a: Arena, coll: str, send: Array, recv: Array, op: Op | None,
     dt = recv.dtype
     if coll == "bcast":
         return a.bcast_runner(root, recv) if recv.nbytes <= EAGER_SMALL else None
+    if coll == "scatter":  # (one entry of the root's ring holds every block: see scatter)
+        n = recv.size
+        if recv.nbytes * p > EAGER_SMALL:
+            return None
+        if r == root:
+            return a.bcast_runner(root, send, own=slice(r * n, (r + 1) * n))
+        return a.bcast_runner(root, recv, skip=r * n)
     if coll == "allreduce" and op is not None and recv.nbytes <= a.small_reduce:
         return _allreduce(a, op, _by_epoch(a, dt, recv.size))
     if send.nbytes > a.small or coll not in ("allgather", "alltoall", "reduce_scatter_block"):

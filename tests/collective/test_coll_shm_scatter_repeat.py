@@ -1,0 +1,145 @@
+"""The runner of repeated small scatters (``Arena.bcast_runner`` with a block per rank: up to
+EAGER_SMALL bytes in all, through the small entries of the root's eager ring, which a
+scatter shares with the broadcasts): every dtype, counts 0, 1, 7, the most that fits
+EAGER_SMALL and one element more (the plain path), from root 0 and from the last rank, into
+a separate buffer and in place, repeated on the same arrays and on new ones. Every call has
+new data (per element, root and call) and the receivers' buffers first hold bytes the root
+never sends, so a runner that read another call's entry, another rank's block or nothing
+is caught. Then long runs mixed with broadcasts and other calls, the receivers behind at
+times, so that the root's entries wrap around and it waits for ring space."""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+from coll_support import AFFINE
+from test_coll_shm_repeat import FILL, PLAIN, PLAN, _bcast_data
+
+import ringworld
+from ringworld.algorithms import shm_collectives
+from ringworld.algorithms.shm_arena import EAGER_RING, EAGER_SMALL
+from ringworld.testing import run_processes
+
+Array = np.ndarray[Any, Any]
+
+
+class Scatters:
+    """Scatters with fresh data each, checked byte for byte on every rank."""
+
+    def __init__(self, comm: ringworld.Communicator) -> None:
+        self.comm = comm
+        self.t = 0
+        self.errors: list[str] = []
+
+    def scatter(self, dt: np.dtype[Any], root: int, send: Array | None, recv: Array,
+                in_place: bool, tag: str) -> None:
+        comm, p, r = self.comm, self.comm.size, self.comm.rank
+        n = recv.size
+        self.t += 1
+        data = _bcast_data(dt, p * n, root, self.t)
+        if r == root:
+            assert send is not None
+            send[...] = data
+        if not (in_place and r == root):
+            recv.view(np.uint8)[...] = FILL
+        comm.scatter(send if r == root else None,
+                     ringworld.IN_PLACE if in_place and r == root else recv, root)
+        got = (send[r * n : (r + 1) * n] if in_place and r == root else recv).view(np.uint8)
+        want = data[r * n : (r + 1) * n].view(np.uint8)
+        if not np.array_equal(got, want):
+            bad = np.flatnonzero(got != want)
+            self.errors.append(
+                f"scatter {dt} n={n} root={root} {tag} (call {self.t}, rank {r}): {bad.size} "
+                f"bytes wrong, first at byte {bad[0]}"
+                f"{' (never sent: unwritten)' if got[bad[0]] == FILL else ''}")
+        if r == root and not np.array_equal(send.view(np.uint8), data.view(np.uint8)):
+            self.errors.append(f"scatter {dt} n={n} root={root} {tag}: the root's send changed")
+
+    def kept(self, dt: np.dtype[Any], n: int, what: str) -> None:
+        """After repeats: a scatter runner up to EAGER_SMALL bytes in all, else RUN's entry."""
+        comm = self.comm
+        if comm.size == 1 or n == 0:
+            return
+        if comm.last_algorithm != "shm":
+            self.errors.append(f"{what}: ran {comm.last_algorithm}, not shm")
+            return
+        last = comm._cache.last.get("scatter")
+        if not isinstance(last, tuple) or not callable(last[5]):
+            self.errors.append(f"{what}: no call kept ({last!r})")
+            return
+        plain = last[5] is shm_collectives.RUN["scatter"]
+        if n * comm.size * dt.itemsize <= EAGER_SMALL and plain:
+            self.errors.append(f"{what}: repeats run shm_collectives.RUN's entry, no runner")
+        if n * comm.size * dt.itemsize > EAGER_SMALL and not plain:
+            self.errors.append(f"{what}: over EAGER_SMALL bytes, kept {last[5]}")
+
+
+def _matrix(comm: ringworld.Communicator) -> list[str]:
+    p, r = comm.size, comm.rank
+    c = Scatters(comm)
+    for dt in (*PLAIN, AFFINE):
+        most = EAGER_SMALL // (p * dt.itemsize)
+        for n in (0, 1, 7, most, most + 1):
+            for root in sorted({0, p - 1}):
+                for in_place in (False, True):
+                    send, recv = np.empty(p * n, dt), np.empty(n, dt)
+                    for k, fresh in enumerate(PLAN):
+                        if fresh:
+                            send, recv = np.empty(p * n, dt), np.empty(n, dt)
+                        c.scatter(dt, root, send if r == root else None, recv, in_place,
+                                  f"repeat {k}{' (new arrays)' * fresh}"
+                                  f"{' in place' * in_place}")
+                    c.kept(dt, n, f"scatter {dt} n={n} root={root}")
+    return c.errors
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 5])
+def test_scatter_repeats_every_dtype_and_count(size: int) -> None:
+    results = run_processes(size, _matrix, transport="shm", timeout=120)
+    assert [e for errs in results for e in errs] == []
+
+
+def _ring(comm: ringworld.Communicator) -> list[str]:
+    """Scatters of a few shapes from both roots, more than twice EAGER_RING of them, with
+    broadcasts (which take entries of the same ring), barriers and allreduces between them
+    and receivers that fall behind at times, in an order the same on every rank."""
+    p, r = comm.size, comm.rank
+    c = Scatters(comm)
+    i64, f32 = np.dtype(np.int64), np.dtype(np.float32)
+    shapes = [(i64, 3, 0), (i64, 3, p - 1), (f32, EAGER_SMALL // (4 * p), p - 1)]
+    arrays = [(np.empty(p * n, dt), np.empty(n, dt)) for dt, n, _ in shapes]
+    bcast_buf = np.empty(5, i64)
+    rng = random.Random(11 * p)  # the same draws on every rank
+    for k in range(3 * EAGER_RING):
+        j = rng.randrange(len(shapes))
+        dt, n, root = shapes[j]
+        between, pause = rng.random(), rng.random() < 0.05
+        if between < 0.1:
+            comm.barrier()
+        elif between < 0.3:
+            bcast_buf[:] = np.arange(5) + k if r == root else -1
+            comm.bcast(bcast_buf, root)
+            if bcast_buf.tolist() != list(range(k, k + 5)):
+                c.errors.append(f"bcast between {k}: {bcast_buf.tolist()}")
+        elif between < 0.35:
+            out = np.empty(2, i64)
+            comm.allreduce(np.full(2, k, i64), out)
+            if out.tolist() != [k * p] * 2:
+                c.errors.append(f"allreduce between {k}: {out.tolist()}")
+        if pause and r != root:
+            time.sleep(0.02)
+        send, recv = arrays[j]
+        c.scatter(dt, root, send if r == root else None, recv, False, f"mixed {k}")
+    for dt, n, root in shapes:
+        c.kept(dt, n, f"scatter {dt} n={n} root={root} last")
+    return c.errors
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 5])
+def test_scatter_repeats_wrap_the_ring_beside_broadcasts(size: int) -> None:
+    results = run_processes(size, _ring, transport="shm", timeout=120)
+    assert [e for errs in results for e in errs] == []
