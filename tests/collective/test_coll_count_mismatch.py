@@ -341,7 +341,8 @@ def test_a_block_its_receiver_counts_as_empty_fails_every_rank_at_the_next_call(
         rf"collective mismatch on world, call #0: (world rank {receiver} called a call that "
         rf"ended without taking world rank {sender}'s message, but world rank {sender} called "
         rf"{re.escape(call)}|world ranks {receiver} and {sender} both called {re.escape(call)}"
-        rf".*, but rank {receiver} ended it without taking a message rank {sender} sent it "
+        rf".*, but world rank {receiver} ended it without taking a message world rank {sender} "
+        r"sent it "
         r"there \(the ranks gave different counts\))")
     for lines in out:
         assert lines[0] == "ok", out

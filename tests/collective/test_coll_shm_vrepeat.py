@@ -600,7 +600,7 @@ def _mismatches(comm: ringworld.Communicator) -> list[str]:
     # the root expects 2 from rank 1 (new counts: the checked path), which repeats its 1 (its
     # runner, whose root header says 2): both raise; rank 2's block lands at its new place
     other = Shape("gatherv", 3, F64, layout="gapped", counts=[2, 2, 3])
-    words = {0: "rank 1 sent 1 elements, this rank (the root, rank 0) expects 2 (counts[1])",
+    words = {0: "rank 1 sent 1 element, this rank (the root, rank 0) expects 2 (counts[1])",
              1: "the root (rank 0) expects 2 elements from this rank (rank 1), which sent 1"}
     root_recv = other.arrays(0)[1] if r == 0 else None
     t = at.call("gatherv, the root expects 2 from rank 1", other if r == 0 else kept, send,
@@ -620,7 +620,7 @@ def _mismatches(comm: ringworld.Communicator) -> list[str]:
         ch.call(kept, send, recv, f"kept {k}")
     ch.kept("scatterv", True, repr(kept))
     other = Shape("scatterv", 3, I32, layout="packed", counts=[1, 1, 3], root=1)
-    words = {0: "the root (rank 1) sends 1 elements to this rank (rank 0), which expects 2"}
+    words = {0: "the root (rank 1) sends 1 element to this rank (rank 0), which expects 2"}
     mine = other.arrays(1)[0] if r == 1 else send
     t = at.call("scatterv, the root sends 1 to rank 0", other if r == 1 else kept, mine, recv,
                 words.get(r))

@@ -674,9 +674,10 @@ class Arena(RaceCalls):
         then left), nothing is wrong here. A rank that left makes no later call on these
         windows, so nothing it does after can make ``cond`` hold."""
         failed = [i for i, c in enumerate(self._ctr) if c[FAILED] and i != self.chan.rank]
+        seq = self._seq & ~REFUSED  # (set while this rank refuses the call)
         if not failed:
-            if self._seq >= 0:
-                self.chan.check_sequence(self._seq, self._sig)
+            if seq >= 0:
+                self.chan.check_sequence(seq, self._sig)
             return
         if cond is not None and cond():
             return
@@ -691,9 +692,14 @@ class Arena(RaceCalls):
                 pick = i
         c = self._ctr[pick]
         how, first = c[FAILED_FROM] & 0xFF, (c[FAILED_FROM] >> 8) - 1
-        if how == 1 and self._seq >= 0:  # a mismatch: its whole text where it was published
-            self.chan.raise_published(self._seq)  # (the header holds FAILED_TEXT_BYTES)
-        raise peer_left(how, first, self._read_text(pick), self.what, c[FAILED] - 1)
+        text = self._read_text(pick)
+        if how == 1 and seq >= 0:  # a mismatch: its whole text where it was published (the
+            try:  # header holds FAILED_TEXT_BYTES of it)
+                self.chan.raise_published(seq)
+            except MismatchError as exc:  # (first found by that rank: see abandon)
+                setattr(exc, "first_failure", (how, first, text))  # noqa: B010
+                raise
+        raise peer_left(how, first, text, self.what, c[FAILED] - 1)
 
     def _write_text(self, text: str) -> None:
         raw = text.encode("utf-8", "replace")[:FAILED_TEXT_BYTES]

@@ -143,9 +143,9 @@ def _units(n: object, buf: Array, again: bool = False) -> str:
     """``n`` elements of ``buf``'s dtype, in words: bytes where they are bytes (the MPI
     layer passes its buffers so, whatever their MPI datatype); ``again``: a second amount
     in one sentence, whose elements go without saying."""
-    if buf.itemsize == 1:
-        return f"{n} bytes"
-    return str(n) if again else f"{n} elements"
+    if buf.dtype == np.uint8:
+        return f"{n} byte{'' if n == 1 else 's'}"
+    return str(n) if again else f"{n} element{'' if n == 1 else 's'}"
 
 
 def _mismatch(a: Arena, text: str) -> MismatchError:

@@ -321,9 +321,9 @@ class CallChecks:
                     sender_call = self.ft.read_signature(context, seq, sender)
         name = self.comm_names.get(context, f"context {context}")
         if by_call == sender_call:  # a message of the call that ``by`` ended without taking
-            what = (f"world ranks {by} and {sender} both called {by_call}, but rank {by} ended "
-                    f"it without taking a message rank {sender} sent it there (the ranks gave "
-                    "different counts)")
+            what = (f"world ranks {by} and {sender} both called {by_call}, but world rank {by} "
+                    f"ended it without taking a message world rank {sender} sent it there (the "
+                    "ranks gave different counts)")
         else:
             what = (f"world rank {by} called {by_call}, but world rank {sender} called "
                     f"{sender_call or 'another call'}")

@@ -505,8 +505,8 @@ class Channel:
 
     def raise_published(self, seq: int) -> None:
         """Raise what other ranks published that breaks this communicator's call ``seq`` (a
-        mismatch, a member that left it, a failed peer), taken in now; return if nothing is.
-        Cost: a few store round trips (see ``Engine.raise_published``)."""
+        mismatch, a member that left it), taken in now; return if nothing is. Cost: a few
+        store round trips (see ``Engine.raise_published``)."""
         self._engine.raise_published(self.coll_context, seq)
 
     def check_sequence(self, seq: int, sig: Any = None) -> None:

@@ -697,13 +697,14 @@ class Engine(CallChecks):
 
     def raise_published(self, context: int, seq: int) -> None:
         """Raise what other ranks published that breaks call ``seq`` on ``context`` (a
-        mismatch at it or before, a member that left it with an error, a failed peer), taken
-        in now: a rank about to blame a peer for something missing (its shared window) looks
-        first for the reason the peer gave up. Returns if nothing is published (or there is no
-        monitor). Cost: a few store round trips.
+        mismatch at it or before, a member that left it with an error), taken in now: a rank
+        about to blame a peer for something missing (its shared window) looks first for the
+        reason the peer gave up. Failed peers published meanwhile are recorded (the next wait
+        on one fails naming it). Returns if nothing is published (or there is no monitor).
+        Cost: a few store round trips.
 
         Raises:
-            MismatchError, CommBroken, PeerFailure: as published.
+            MismatchError, CommBroken: as published (CommBroken also: this rank lost the job).
         """
         if self.ft is not None:
             with contextlib.suppress(RingworldError):

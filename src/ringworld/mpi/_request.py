@@ -8,7 +8,6 @@ Waiting on or testing a null request completes at once with an empty status.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -230,18 +229,10 @@ class Request:
         if statuses is not None:
             cls.waitall(requests, statuses)
             return True
-        # the common call: nothing to hand out, so no completion records are made; each
-        # native waited in turn (ringworld.wait_all's list and closures cost more, at 8 bytes)
-        for r in requests:
-            native = r._native
-            if native is not None:
-                try:
-                    native.wait()
-                except BaseException:  # (raised before any request is released, as waitall)
-                    if native.done:  # its own error: as wait_all, the others complete first
-                        with contextlib.suppress(Exception):
-                            ringworld.wait_all([q._native for q in requests if q._native])
-                    raise
+        # the common call: nothing to hand out, so no completion records are made
+        natives = [r._native for r in requests if r._native is not None]
+        if natives:  # (one wait for all: a dead peer any of them needs fails it at once)
+            ringworld.wait_all(natives)  # (raises before any request is released, as waitall)
         for r in requests:
             r._native = r._done = None  # released (a persistent request: inactive)
         return True
