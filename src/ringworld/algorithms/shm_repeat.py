@@ -68,6 +68,9 @@ def quick(a: Arena, coll: str, send: Array, recv: Array, op: Op | None,
         return a.bcast_runner(root, recv, skip=r * n)
     if coll == "allreduce" and op is not None and recv.nbytes <= a.small_reduce:
         return _allreduce(a, op, _by_epoch(a, dt, recv.size))
+    if coll == "gather" and not a.crowded and send.nbytes <= a.small:  # (as gather's slots)
+        views = _by_epoch(a, send.dtype, send.size)
+        return _gather(a, views) if r == root else _put(a, views)
     if send.nbytes > a.small or coll not in ("allgather", "alltoall", "reduce_scatter_block"):
         return None
     views = _by_epoch(a, dt, send.size)
@@ -107,10 +110,22 @@ def _allreduce(a: Arena, op: Op, views: tuple[list[Array], list[Array]],
     return run
 
 
+def _put(a: Arena, views: tuple[list[Array], list[Array]]) -> Runner:
+    """Copy in, sync: a gather's rank other than the root, as gather's slot path."""
+    r = a.chan.rank
+
+    def run(_: Arena, send: Array, _recv: Array, _op: Op | None, _root: int) -> None:
+        views[a.epoch & 1][r][...] = send
+        a.sync()
+
+    return run
+
+
 def _gather(a: Arena, views: tuple[list[Array], list[Array]],
             blocks: tuple[tuple[Array, ...], ...] | None = None) -> Runner:
     """Copy in, sync, copy every rank's slot (or ``blocks``: a block of each) into ``recv``
-    in rank order, as the slot paths of allgather and alltoall."""
+    in rank order, as the slot paths of allgather and alltoall; and of gather at its root
+    (whose own block goes through its slot too, which gather's own steps leave out)."""
     r = a.chan.rank
     ins = views if blocks is None else blocks
     concatenate = np.concatenate

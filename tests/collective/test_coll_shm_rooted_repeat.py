@@ -1,12 +1,18 @@
-"""The runner of repeated small scatters (``Arena.bcast_runner`` with a block per rank: up to
-EAGER_SMALL bytes in all, through the small entries of the root's eager ring, which a
-scatter shares with the broadcasts): every dtype, counts 0, 1, 7, the most that fits
-EAGER_SMALL and one element more (the plain path), from root 0 and from the last rank, into
-a separate buffer and in place, repeated on the same arrays and on new ones. Every call has
+"""The runners of repeated small rooted collectives. First scatter's
+(``Arena.bcast_runner`` with a block per rank: up to EAGER_SMALL bytes in all, through the
+small entries of the root's eager ring, which a scatter shares with the broadcasts): every
+dtype, counts 0, 1, 7, the most that fits EAGER_SMALL and one element more (the plain path),
+from root 0 and from the last rank, into a separate buffer and in place, repeated on the same
+arrays and on new ones. Every call has
 new data (per element, root and call) and the receivers' buffers first hold bytes the root
 never sends, so a runner that read another call's entry, another rank's block or nothing
 is caught. Then long runs mixed with broadcasts and other calls, the receivers behind at
-times, so that the root's entries wrap around and it waits for ring space."""
+times, so that the root's entries wrap around and it waits for ring space.
+
+Then gather's (``shm_repeat._gather`` at the root, ``_put`` elsewhere: through the slots, one
+sync, where ranks do not outnumber the cores), alike: every dtype, counts up to the slots'
+size and one element over it, both roots, in place, with other calls between them so that
+repeats start at both slot parities."""
 
 from __future__ import annotations
 
@@ -142,4 +148,62 @@ def _ring(comm: ringworld.Communicator) -> list[str]:
 @pytest.mark.parametrize("size", [1, 2, 3, 5])
 def test_scatter_repeats_wrap_the_ring_beside_broadcasts(size: int) -> None:
     results = run_processes(size, _ring, transport="shm", timeout=120)
+    assert [e for errs in results for e in errs] == []
+
+
+def _gather_data(dt: np.dtype[Any], n: int, rank: int, t: int) -> Array:
+    """Rank ``rank``'s block of gather call ``t``: unique per element, rank and call."""
+    return _bcast_data(dt, n, rank, t)
+
+
+def _gathers(comm: ringworld.Communicator) -> list[str]:
+    p, r = comm.size, comm.rank
+    errors: list[str] = []
+    t = 0
+    out = np.empty(2, np.int64)
+    for dt in (*PLAIN, AFFINE):
+        comm.allreduce(np.ones(2, np.int64), out)  # (the arena exists: its slots' size)
+        arena = comm._arena  # (None on one rank: no windows)
+        most = (64 if arena is None else arena.small) // dt.itemsize
+        for n in (0, 1, 7, most, most + 1):
+            for root in sorted({0, p - 1}):
+                for in_place in (False, True):
+                    send, recv = np.empty(n, dt), np.empty(p * n, dt)
+                    for k, fresh in enumerate(PLAN):
+                        if fresh:
+                            send, recv = np.empty(n, dt), np.empty(p * n, dt)
+                        if k == 4:  # a sync between repeats: the next starts at the other parity
+                            comm.barrier()  # (a sync in the windows)
+                        t += 1
+                        mine = _gather_data(dt, n, r, t)
+                        if r == root:
+                            recv.view(np.uint8)[...] = FILL
+                            if in_place:
+                                recv[r * n : (r + 1) * n] = mine
+                            else:
+                                send[...] = mine
+                        else:
+                            send[...] = mine
+                        comm.gather(ringworld.IN_PLACE if in_place and r == root else send,
+                                    recv if r == root else None, root)
+                        if r != root:
+                            continue
+                        want = np.concatenate([_gather_data(dt, n, i, t) for i in range(p)])
+                        if not np.array_equal(recv.view(np.uint8), want.view(np.uint8)):
+                            bad = np.flatnonzero(recv.view(np.uint8) != want.view(np.uint8))
+                            errors.append(f"gather {dt} n={n} root={root} repeat {k}"
+                                          f"{' in place' * in_place} (call {t}): {bad.size} "
+                                          f"bytes wrong, first at byte {bad[0]}")
+                if arena is not None and n and not arena.crowded \
+                        and comm.last_algorithm == "shm":
+                    last = comm._cache.last.get("gather")
+                    plain = isinstance(last, tuple) and last[5] is shm_collectives.RUN["gather"]
+                    if n * dt.itemsize <= arena.small and plain:
+                        errors.append(f"gather {dt} n={n} root={root}: no runner kept")
+    return errors
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 5])
+def test_gather_repeats_every_dtype_and_count(size: int) -> None:
+    results = run_processes(size, _gathers, transport="shm", timeout=120)
     assert [e for errs in results for e in errs] == []
