@@ -257,31 +257,35 @@ def test_over_tcp_the_default_path_fails_the_call_too(tmp_path: Path) -> None:
         assert lines[f"next {rank}"] == "[3.0, 3.0]", r.stdout
 
 
-def _empty_block(comm: Any, coll: str) -> list[str]:
-    """One side of a block counts it as empty (sends or expects no message), the other not;
-    the call's and the next call's outcomes."""
+def _empty_block(comm: Any, coll: str, unasked: bool = False) -> list[str]:
+    """One side of a block counts it as empty, the other not: the receiver expects it and
+    the sender sends nothing, or (``unasked``) the receiver counts it as empty and it comes
+    anyway (a message its call ends without taking). The call's and the next call's
+    outcomes."""
     r, p = comm.rank, comm.size
     out = []
     for step in range(2):
         try:
             if step:
                 comm.allreduce(np.ones(2), np.empty(2), timeout=30)
-            elif coll == "gatherv":  # rank 1 sends nothing, the root expects N
-                send = np.ones(0 if r == 1 else N)
-                recv = np.empty(N * p) if r == 0 else None
-                comm.gatherv(send, recv, [N] * p if r == 0 else None, root=0,
-                             algorithm="linear", timeout=30)
-            elif coll == "scatterv":  # the root sends rank 1 nothing, rank 1 expects N
-                c = [0 if i == 1 else N for i in range(p)]
-                comm.scatterv(np.ones(sum(c)) if r == 0 else None, np.empty(N),
-                              c if r == 0 else None, root=0, algorithm="linear", timeout=30)
-            else:  # alltoallv: rank 1 sends rank 0 nothing, rank 0 expects N
-                sc = [0 if (r == 1 and i == 0) else N for i in range(p)]
-                comm.alltoallv(np.ones(sum(sc)), np.empty(N * p), sc, [N] * p,
+            elif coll == "gatherv":  # rank 1's block: sent empty, or not expected by the root
+                c = [0 if i == 1 and unasked else N for i in range(p)]
+                send = np.ones(0 if r == 1 and not unasked else N)
+                comm.gatherv(send, np.empty(sum(c)) if r == 0 else None, c if r == 0 else None,
+                             root=0, algorithm="linear", timeout=30)
+            elif coll == "scatterv":  # the root's block to rank 1: empty, or not expected
+                c = [0 if i == 1 and not unasked else N for i in range(p)]
+                comm.scatterv(np.ones(sum(c)) if r == 0 else None,
+                              np.empty(0 if r == 1 and unasked else N), c if r == 0 else None,
+                              root=0, algorithm="linear", timeout=30)
+            else:  # alltoallv: rank 1 to rank 0, sent empty or not expected
+                sc = [0 if (r == 1 and i == 0 and not unasked) else N for i in range(p)]
+                rc = [0 if (r == 0 and i == 1 and unasked) else N for i in range(p)]
+                comm.alltoallv(np.ones(sum(sc)), np.empty(sum(rc)), sc, rc,
                                algorithm="pairwise", timeout=30)
             out.append("ok")
-        except ringworld.MismatchError as exc:
-            out.append(str(exc))
+        except ringworld.RingworldError as exc:
+            out.append(f"{type(exc).__name__}: {exc}")
     return out
 
 
@@ -293,37 +297,10 @@ def test_a_block_one_side_counts_as_empty_fails_every_rank(coll: str, p: int) ->
     want = (f"world rank {waiter} called {coll}(algorithm=", f"but world rank {sender} called "
             f"a call that ended without sending what world rank {waiter} waits for, and went "
             "on to call #1 (the ranks gave different counts, or made different calls)")
-    assert out[waiter][0].startswith("collective mismatch on world, call #0: "), out
+    assert out[waiter][0].startswith("MismatchError: collective mismatch on world, call #0: "), out
     for r, lines in enumerate(out):
         for line in lines[1 if r != waiter else 0 :]:  # the next call fails everywhere too
-            assert all(w in line for w in want), (r, line)
-
-
-def _unasked_block(comm: Any, coll: str) -> list[str]:
-    """The other way round: a block its receiver counts as empty comes anyway (a message
-    its call ends without taking); the call's and the next call's outcomes."""
-    r, p = comm.rank, comm.size
-    out = []
-    for step in range(2):
-        try:
-            if step:
-                comm.allreduce(np.ones(2), np.empty(2), timeout=30)
-            elif coll == "gatherv":  # rank 1 sends N, the root expects nothing of it
-                c = [0 if i == 1 else N for i in range(p)]
-                comm.gatherv(np.ones(N), np.empty(sum(c)) if r == 0 else None,
-                             c if r == 0 else None, root=0, algorithm="linear", timeout=30)
-            elif coll == "scatterv":  # the root sends rank 1 N, rank 1 expects nothing
-                comm.scatterv(np.ones(N * p) if r == 0 else None, np.empty(0 if r == 1 else N),
-                              [N] * p if r == 0 else None, root=0, algorithm="linear",
-                              timeout=30)
-            else:  # alltoallv: rank 1 sends rank 0 N, rank 0 expects nothing from it
-                rc = [0 if (r == 0 and i == 1) else N for i in range(p)]
-                comm.alltoallv(np.ones(N * p), np.empty(sum(rc)), [N] * p, rc,
-                               algorithm="pairwise", timeout=30)
-            out.append("ok")
-        except ringworld.RingworldError as exc:
-            out.append(f"{type(exc).__name__}: {exc}")
-    return out
+            assert line.startswith("MismatchError: ") and all(w in line for w in want), (r, line)
 
 
 @pytest.mark.parametrize("p", [2, 3])
@@ -335,7 +312,7 @@ def test_a_block_its_receiver_counts_as_empty_fails_every_rank_at_the_next_call(
     fails there. On the shared-memory transport the next call sets up the shared windows: a
     rank whose peer gave up that set-up used to fail with "rank 1 has no window"."""
     receiver, sender = (1, 0) if coll == "scatterv" else (0, 1)
-    out = run_threads(p, _unasked_block, coll)
+    out = run_threads(p, _empty_block, coll, True)
     call = f"{coll}(algorithm={'pairwise' if coll == 'alltoallv' else 'linear'}"
     either = re.compile(  # found when the call ended (it came after), or at the next call
         rf"collective mismatch on world, call #0: (world rank {receiver} called a call that "
