@@ -33,7 +33,7 @@ from coll_support import AFFINE, AFFINE_OP, P_AFF, affine
 import ringworld
 from ringworld import Op
 from ringworld.algorithms import shm_collectives
-from ringworld.algorithms.shm_arena import EAGER_RING, EAGER_SMALL
+from ringworld.algorithms.shm_policy import EAGER_RING, EAGER_SMALL
 from ringworld.testing import run_processes
 
 Array = np.ndarray[Any, Any]

@@ -9,10 +9,11 @@ never sends, so a runner that read another call's entry, another rank's block or
 is caught. Then long runs mixed with broadcasts and other calls, the receivers behind at
 times, so that the root's entries wrap around and it waits for ring space.
 
-Then gather's (``shm_repeat._gather`` at the root, ``_put`` elsewhere: through the slots, one
-sync, where ranks do not outnumber the cores), alike: every dtype, counts up to the slots'
-size and one element over it, both roots, in place, with other calls between them so that
-repeats start at both slot parities."""
+Then gather's, alike: where ranks do not outnumber the cores ``shm_repeat._gather`` at the
+root and ``_put`` elsewhere (through the slots, one sync), else ``Arena.gather_runner`` (each
+sender's block in its own eager ring): every dtype, counts up to the slots' size (or
+EAGER_SMALL bytes) and one element over it, both roots, in place, with a sync between repeats
+so that they start at both slot parities."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from test_coll_shm_repeat import FILL, PLAIN, PLAN, _bcast_data
 
 import ringworld
 from ringworld.algorithms import shm_collectives
-from ringworld.algorithms.shm_arena import EAGER_RING, EAGER_SMALL
+from ringworld.algorithms.shm_policy import EAGER_RING, EAGER_SMALL
 from ringworld.testing import run_processes
 
 Array = np.ndarray[Any, Any]
@@ -164,7 +165,10 @@ def _gathers(comm: ringworld.Communicator) -> list[str]:
     for dt in (*PLAIN, AFFINE):
         comm.allreduce(np.ones(2, np.int64), out)  # (the arena exists: its slots' size)
         arena = comm._arena  # (None on one rank: no windows)
-        most = (64 if arena is None else arena.small) // dt.itemsize
+        # blocks up to the slots' size, or EAGER_SMALL in the eager rings (ranks share cores),
+        # have a runner: up to that and one element over it
+        limit = 64 if arena is None else EAGER_SMALL if arena.crowded else arena.small
+        most = limit // dt.itemsize
         for n in (0, 1, 7, most, most + 1):
             for root in sorted({0, p - 1}):
                 for in_place in (False, True):
@@ -194,11 +198,10 @@ def _gathers(comm: ringworld.Communicator) -> list[str]:
                             errors.append(f"gather {dt} n={n} root={root} repeat {k}"
                                           f"{' in place' * in_place} (call {t}): {bad.size} "
                                           f"bytes wrong, first at byte {bad[0]}")
-                if arena is not None and n and not arena.crowded \
-                        and comm.last_algorithm == "shm":
+                if arena is not None and n and comm.last_algorithm == "shm":
                     last = comm._cache.last.get("gather")
                     plain = isinstance(last, tuple) and last[5] is shm_collectives.RUN["gather"]
-                    if n * dt.itemsize <= arena.small and plain:
+                    if n * dt.itemsize <= limit and plain:
                         errors.append(f"gather {dt} n={n} root={root}: no runner kept")
     return errors
 

@@ -20,8 +20,18 @@ import numpy as np
 
 from ringworld.algorithms.shm_direct import address as _addr
 from ringworld.algorithms.shm_direct import probe_direct
+from ringworld.algorithms.shm_eager_runners import EagerRunners
 from ringworld.algorithms.shm_failure import peer_left
-from ringworld.algorithms.shm_policy import CHUNK, DIRECT, EAGER_MAX, SLOT, Policy
+from ringworld.algorithms.shm_policy import (
+    CHUNK,
+    DIRECT,
+    EAGER_BIG,
+    EAGER_MAX,
+    EAGER_RING,
+    EAGER_SMALL,
+    SLOT,
+    Policy,
+)
 from ringworld.algorithms.shm_race import RaceCalls, _Race
 from ringworld.errors import CommBroken, CommError, MismatchError, PeerFailure
 
@@ -39,13 +49,6 @@ MAX_RANKS = HEADER // 8 - CONSUMED
 # Which path a call takes (windows or direct copies, raced or not) is the Policy the arena
 # is handed (ringworld.tuning.shm_paths.DEFAULT: the measured sizes, and why)
 RACE_ALLTOALL, RACE_ALLGATHER, RACE_REDUCE_SCATTER = 0, 1, 2  # indices: RACED order
-# broadcasts of up to EAGER_MAX bytes go through a ring in the root's window, without a sync:
-# the root returns once its data is there (Arena.eager_bcast). Call s takes stamp s % EAGER_RING
-# and, up to EAGER_SMALL bytes, entry s % EAGER_RING of the small entries, else entry s %
-# EAGER_BIG of the large ones (EAGER_MAX each): a root runs up to EAGER_RING small calls ahead
-# (np=4 on 2 cores, 4-byte blocks, jobs alternating with 8 entries of EAGER_MAX: scatter 9.0 ->
-# 7.0 us, gather 13.5 -> 10.6, bcast 8.5 -> 6.4, gatherv 23.5 -> 17.7; 16 KiB calls parity)
-EAGER_RING, EAGER_BIG, EAGER_SMALL = 32, 8, 16 << 10
 EAGER_DONE = 23  # header word: the eager broadcasts this rank has finished
 REFUSING = 22  # header word: (sync count << 32) | the eager gather this rank refuses as root
 PROGRESS = 14  # header words 14, 15: a call's progress between two syncs (see Arena.tell)
@@ -66,7 +69,7 @@ INLINE_SPIN = 256  # a few microseconds of counter checks (see Arena.sync)
 _BCAST = ("its root", "broadcast", "broadcast")  # (_eager_take's words for a broadcast)
 
 
-class Arena(RaceCalls):
+class Arena(RaceCalls, EagerRunners):
     """The shared windows of one communicator and the flag barrier over them."""
 
     # slots: over 30 attributes would take an instance dict out of CPython's shared-key form,
@@ -409,44 +412,6 @@ class Arena(RaceCalls):
             else:
                 fill(root, self._entry(root, e, buf))
         self._eager_end(s, root, stamp)
-
-    def bcast_runner(self, root: int, like: Array, skip: int = 0,
-                     own: slice | None = None) -> Callable[..., None]:
-        """:meth:`eager_bcast` from ``root``, with ``shm_collectives.RUN``'s arguments (its
-        arena, op and root are this one's), for flat arrays of ``like``'s dtype and size, at
-        most EAGER_SMALL bytes (small entries): the entries' views made once, for a repeated
-        broadcast (see shm_repeat). A small scatter is such a broadcast of the root's
-        ``send``, ``like`` (``own``: its own block, copied into its ``recv``), of which every
-        other rank takes the ``like``-sized block from element ``skip`` on. Raises: as
-        eager_bcast."""
-        entries = [self._entry(root, e, like, skip) for e in range(EAGER_RING)]
-        mine, src, others = self._mine, self._ctr[root], self._others
-
-        def put(_: Arena, send: Array, buf: Array, _op: Any, _root: int) -> None:
-            s, word, stamp = self._eager_begin()
-            if s - EAGER_RING > self._ring_done:  # (as _eager_put, for a small entry)
-                self._ring_space(s - EAGER_RING)
-            entries[s % EAGER_RING][...] = buf if own is None else send
-            mine[word] = stamp
-            want = stamp >> 32
-            for c in others:
-                if c[word] >> 32 == want:
-                    self._two_roots(word, want)
-            self._eager_end(s, root, stamp)
-            if own is not None:
-                buf[...] = send[own]  # (its own place when in place: harmless)
-
-        def take(_: Arena, send: Array, buf: Array, _op: Any, _root: int) -> None:
-            s, word, stamp = self._eager_begin()
-            got = src[word]
-            if got | 1 != stamp | 1:
-                got = self._eager_take(root, s, word, stamp, _BCAST)
-            # (a large entry only if the root's size differs, which the signature excludes)
-            buf[...] = (self._entry(root, EAGER_RING + s % EAGER_BIG, buf, skip) if got & 1
-                        else entries[s % EAGER_RING])
-            self._eager_end(s, root, stamp)
-
-        return put if self.chan.rank == root else take
 
     def eager_gather(self, buf: Array, root: int, out: Array, fill: Fill | None = None,
                      lead: Fill | None = None, follow: Follow | None = None,

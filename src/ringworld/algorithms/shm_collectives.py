@@ -65,16 +65,24 @@ import numpy as np
 from ringworld.algorithms.schedule import blocks
 from ringworld.algorithms.shm_arena import (
     CONSUMED,
-    EAGER_BIG,
-    EAGER_RING,
-    EAGER_SMALL,
     MAX_RANKS,
     RACE_ALLGATHER,
     RACE_ALLTOALL,
     RACE_REDUCE_SCATTER,
     Arena,
 )
-from ringworld.algorithms.shm_policy import CHUNK, DIRECT, EAGER_MAX, RACED, SLOT, SMALL, Policy
+from ringworld.algorithms.shm_policy import (
+    CHUNK,
+    DIRECT,
+    EAGER_BIG,
+    EAGER_MAX,
+    EAGER_RING,
+    EAGER_SMALL,
+    RACED,
+    SLOT,
+    SMALL,
+    Policy,
+)
 from ringworld.algorithms.shm_race import RACE_COST, RACE_LAST, RACE_TRY, _Race
 from ringworld.comm.ops import Op
 from ringworld.errors import MismatchError

@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ringworld.algorithms.shm_arena import EAGER_SMALL
 from ringworld.algorithms.shm_collectives import _combine_in_rank_order
+from ringworld.algorithms.shm_policy import EAGER_SMALL
 from ringworld.algorithms.shm_vector import (
     alltoallv_take,
     gatherv_sent,
@@ -68,7 +68,11 @@ def quick(a: Arena, coll: str, send: Array, recv: Array, op: Op | None,
         return a.bcast_runner(root, recv, skip=r * n)
     if coll == "allreduce" and op is not None and recv.nbytes <= a.small_reduce:
         return _allreduce(a, op, _by_epoch(a, dt, recv.size))
-    if coll == "gather" and not a.crowded and send.nbytes <= a.small:  # (as gather's slots)
+    if coll == "gather":  # (as gather: the eager rings where ranks share cores, else slots)
+        if a.crowded:
+            return a.gather_runner(root, send) if send.nbytes <= EAGER_SMALL else None
+        if send.nbytes > a.small:
+            return None
         views = _by_epoch(a, send.dtype, send.size)
         return _gather(a, views) if r == root else _put(a, views)
     if send.nbytes > a.small or coll not in ("allgather", "alltoall", "reduce_scatter_block"):
