@@ -20,7 +20,7 @@ import numpy as np
 
 from ringworld.algorithms.shm_direct import address as _addr
 from ringworld.algorithms.shm_direct import probe_direct
-from ringworld.algorithms.shm_eager_runners import EagerRunners
+from ringworld.algorithms.shm_eager_runners import _BCAST, _GATHER, EagerRunners
 from ringworld.algorithms.shm_failure import peer_left
 from ringworld.algorithms.shm_policy import (
     CHUNK,
@@ -64,9 +64,6 @@ REFUSED_KIND = 7  # header word: 1 ValueError, 2 TypeError (the refusal's text a
 FAILED_TEXT_BYTES = 192
 SEQ_MASK = 0x7FFFFFFF
 INLINE_SPIN = 256  # a few microseconds of counter checks (see Arena.sync)
-
-
-_BCAST = ("its root", "broadcast", "broadcast")  # (_eager_take's words for a broadcast)
 
 
 class Arena(RaceCalls, EagerRunners):
@@ -453,8 +450,7 @@ class Arena(RaceCalls, EagerRunners):
                 if i != me:
                     got = self._ctr[i][word]
                     if got | 1 != stamp | 1:
-                        got = self._eager_take(i, s, word, stamp, ("a sender", "gather block",
-                                                                   "sent"))
+                        got = self._eager_take(i, s, word, stamp, _GATHER)
                     e = EAGER_RING + s % EAGER_BIG if got & 1 else s % EAGER_RING
                     if fill is None:
                         out[i * n : (i + 1) * n] = self._entry(i, e, buf)
