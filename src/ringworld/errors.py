@@ -131,3 +131,12 @@ class DeviceError(CommError):
     def __init__(self, message: str, code: int | None = None) -> None:
         super().__init__(message)
         self.code = code
+
+
+def reaches_every_member(exc: BaseException) -> bool:
+    """Whether every member of a collective learns of ``exc`` without this rank telling them
+    that it left the call: a mismatch in the calls' signatures (both sides see it), a
+    revocation, an error that another rank's leaving caused. Not a ``ShortMessageError``
+    (only the receiving rank sees a short block)."""
+    return ((isinstance(exc, MismatchError | CommRevoked)
+             and not isinstance(exc, ShortMessageError)) or getattr(exc, "from_left", False))

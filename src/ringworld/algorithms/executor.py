@@ -32,11 +32,10 @@ from ringworld.comm.requests import (
 )
 from ringworld.errors import (
     CommBroken,
-    CommRevoked,
-    MismatchError,
     PeerFailure,
     ShortMessageError,
     TruncationError,
+    reaches_every_member,
 )
 
 if TYPE_CHECKING:
@@ -231,12 +230,10 @@ class CollectiveRequest(Request[T]):
             # the rank left without doing its part: every member must learn it, also those
             # waiting on other ranks (a rank leaving with status 0 is no failure to the launcher)
             self._comm.report_failure(exc)
-        elif not ((isinstance(exc, MismatchError | CommRevoked | CommBroken)
-                   and not isinstance(exc, ShortMessageError))
-                  or getattr(exc, "from_left", False)):
+        elif not (reaches_every_member(exc) or isinstance(exc, CommBroken)):
             # members waiting for this rank's part would wait for good (or for their timeout):
-            # they fail with this error instead (a mismatch seen in the call's signature, a
-            # revocation or a failed peer reaches them anyway; a short block only this rank saw)
+            # they fail with this error instead (a broken communicator is the engine's: the
+            # failure behind it reaches them as well)
             self._comm.report_left(self._tag,
                                    f"{self._name()} with {type(exc).__name__}: {detail}"[:400])
         self._error = exc

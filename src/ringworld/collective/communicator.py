@@ -34,7 +34,7 @@ from ringworld.comm.requests import (
     Request,
     Status,
 )
-from ringworld.errors import CommRevoked, MismatchError, PeerFailure, ShortMessageError
+from ringworld.errors import PeerFailure, reaches_every_member
 
 if TYPE_CHECKING:
     from ringworld.algorithms import shm_collectives as shm
@@ -466,9 +466,8 @@ class Communicator(CommManagement):
         with the first failure instead of waiting for good."""
         if self._arena is not None:
             self._arena.abandon(exc)
-        if ((isinstance(exc, MismatchError | CommRevoked)
-             and not isinstance(exc, ShortMessageError)) or getattr(exc, "from_left", False)):
-            return  # these reach every member anyway (a short block: only this rank saw it)
+        if reaches_every_member(exc):
+            return
         kind = f"PeerFailure:{exc.rank}" if isinstance(exc, PeerFailure) else ""
         self._engine.report_left(self.coll_context, self._chan.seq,
                                  f"a composite collective with {type(exc).__name__}: {exc}",
