@@ -171,10 +171,12 @@ class CallChecks:
 
     def _find_left_over(self, context: int, seq: int) -> None:
         """Note as a stray a queued message of a call before ``seq`` on ``context`` that
-        this rank ended without taking (not one still open: nonblocking, or given up)."""
-        open_calls = self.open_calls.get(context, ())
-        for s in self._signed[context]:
-            if 0 < (seq - s) & TAG_UB < TAG_UB // 2 and s not in open_calls:
+        this rank ended without taking (not one still open: nonblocking, or given up, whose
+        late messages stay queued: they are set aside in one C-level pass)."""
+        open_calls = self.open_calls.get(context)
+        seqs = self._signed[context].keys()
+        for s in seqs - open_calls if open_calls else seqs:
+            if 0 < (seq - s) & TAG_UB < TAG_UB // 2:
                 m = next(m for m in self.unexpected[context]
                          if m.tag > SEQ_MASK and m.tag & SEQ_MASK == s)
                 self.strays.append((context, m.tag, m.source, m.nbytes))
