@@ -371,3 +371,33 @@ def test_an_argument_only_the_root_checks_fails_every_waiting_rank(transport: st
             assert "refused its arguments" in first, out
         else:  # its part was to send: done, with no result to be wrong
             assert first == "ok None" or first.startswith("ValueError: "), out
+
+
+def _late_part(comm: Communicator) -> list[str]:
+    """Rank 0 gives up a ring allgather (a 0.3 s timeout) that rank 1 enters 1 s late; rank
+    1's part of it comes after. Then allreduces on the message path, and what rank 0 still
+    holds of that call: its late messages are taken and dropped, not kept for good."""
+    import time
+
+    r = comm.rank
+    out = []
+    got = np.empty(2 * comm.size)
+    if r == 1:
+        time.sleep(1.0)
+    out.append(_outcome(lambda: comm.allgather(np.ones(2), got, algorithm="ring",
+                                               timeout=0.3 if r == 0 else JOB)))
+    time.sleep(0.5)  # (rank 1's part has landed on rank 0)
+    for _ in range(3):
+        x = np.empty(1)
+        out.append(_outcome(lambda x=x: comm.allreduce(np.ones(1), x, algorithm="ring")))
+    ctx = comm._chan.coll_context
+    out.append(f"queued {len(comm._engine.unexpected.get(ctx, ()))}")
+    return out
+
+
+def test_a_call_given_up_keeps_none_of_its_late_messages() -> None:
+    out = run_processes(2, _late_part, transport="tcp", timeout=JOB)
+    assert out[0][0].startswith("Timeout: allgather"), out
+    assert out[1][0] == "ok None", out  # (rank 0's part came before it gave up)
+    for rank in (0, 1):
+        assert out[rank][1:] == ["ok None"] * 3 + ["queued 0"], out

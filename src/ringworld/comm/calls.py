@@ -69,7 +69,7 @@ class CallChecks:
     remote_mismatches: list[tuple[int, int, int, str, int, str | None]]
     remote_left: list[tuple[int, int, int, str, str]]
     left_calls: dict[tuple[int, int], tuple[str, str]]
-    refused: dict[int, set[int]]
+    dropping: dict[int, set[int]]
     revoked: dict[int, Any]
 
     def _init_calls(self) -> None:
@@ -82,7 +82,8 @@ class CallChecks:
         # the monitor, and (context, seq) -> the error once taken in (see fail_left)
         self.remote_left: list[tuple[int, int, int, str, str]] = []
         self.left_calls: dict[tuple[int, int], tuple[str, str]] = {}  # ... -> (why, kind)
-        self.refused: dict[int, set[int]] = {}  # context -> calls this rank refused as root
+        # context -> calls whose messages this rank drops (refused as root, or given up)
+        self.dropping: dict[int, set[int]] = {}
         self.signatures: dict[int, str] = {}  # collective call signature hash -> description
         # a call's agreed values (collective, algorithm, count, dtype...) -> its signature: per
         # engine, as the descriptions above are (worlds of threads each have their own)
@@ -349,7 +350,16 @@ class CallChecks:
         waiting for it fail with the same type (through the job store), and the messages they
         send it in that call are dropped here (queued ones now, late ones on arrival), so the
         communicator's later calls line up on every rank."""
-        self.refused.setdefault(context, set()).add(seq)
+        self.give_up_call(context, seq)
+        self.report_left(context, seq, why, kind)
+
+    def give_up_call(self, context: int, seq: int) -> None:
+        """This rank is done with collective call ``seq`` on ``context`` without taking all
+        of its messages (it refused the call as its root, or failed in it): those queued are
+        dropped now and those still to come on arrival (taken, so that their senders
+        complete), rather than kept for good or found as strays. Cost: a scan of the
+        communicator's queue."""
+        self.dropping.setdefault(context, set()).add(seq)
         self.open_calls[context].add(seq)
         queue = self.unexpected.get(context)
         if queue:
@@ -357,7 +367,6 @@ class CallChecks:
                 queue.remove(m)
                 self._unindex(context, m.tag)
                 self._drop(m)
-        self.report_left(context, seq, why, kind)
 
     def _drop(self, inc: Incoming) -> None:
         """Take a message nobody will receive, so that its sender completes."""

@@ -424,8 +424,8 @@ class Channel:
 
     def abandon_call(self, tag: int) -> None:
         """Note that this rank gave up call ``tag``: its messages may still come, and are
-        taken and dropped as expected, not found as strays (a mismatch)."""
-        self._engine.open_calls[self.coll_context].add(tag & SEQ_MASK)
+        taken and dropped as expected, not found as strays (a mismatch) nor kept."""
+        self._engine.give_up_call(self.coll_context, tag & SEQ_MASK)
 
     def report_left(self, tag: int, text: str) -> None:
         """Tell every rank that this rank left call ``tag`` with an error (``text``: "the

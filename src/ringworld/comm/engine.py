@@ -242,8 +242,8 @@ class Engine(CallChecks):
             self._take_ack(inc)
             return
         if inc.tag > SEQ_MASK:
-            if self.refused and inc.tag & SEQ_MASK in self.refused.get(inc.context, ()):
-                self._drop(inc)  # of a call this rank refused as its root
+            if self.dropping and inc.tag & SEQ_MASK in self.dropping.get(inc.context, ()):
+                self._drop(inc)  # of a call this rank refused as its root, or gave up
                 return
             if self.entered_tag:
                 self._check_unexpected(inc.context, inc.tag, inc.source, inc.nbytes)
