@@ -152,11 +152,6 @@ def test_scatter_repeats_wrap_the_ring_beside_broadcasts(size: int) -> None:
     assert [e for errs in results for e in errs] == []
 
 
-def _gather_data(dt: np.dtype[Any], n: int, rank: int, t: int) -> Array:
-    """Rank ``rank``'s block of gather call ``t``: unique per element, rank and call."""
-    return _bcast_data(dt, n, rank, t)
-
-
 def _gathers(comm: ringworld.Communicator) -> list[str]:
     p, r = comm.size, comm.rank
     errors: list[str] = []
@@ -179,20 +174,18 @@ def _gathers(comm: ringworld.Communicator) -> list[str]:
                         if k == 4:  # a sync between repeats: the next starts at the other parity
                             comm.barrier()  # (a sync in the windows)
                         t += 1
-                        mine = _gather_data(dt, n, r, t)
+                        mine = _bcast_data(dt, n, r, t)  # (unique per element, rank, call)
                         if r == root:
                             recv.view(np.uint8)[...] = FILL
-                            if in_place:
-                                recv[r * n : (r + 1) * n] = mine
-                            else:
-                                send[...] = mine
+                        if in_place and r == root:
+                            recv[r * n : (r + 1) * n] = mine
                         else:
                             send[...] = mine
                         comm.gather(ringworld.IN_PLACE if in_place and r == root else send,
                                     recv if r == root else None, root)
                         if r != root:
                             continue
-                        want = np.concatenate([_gather_data(dt, n, i, t) for i in range(p)])
+                        want = np.concatenate([_bcast_data(dt, n, i, t) for i in range(p)])
                         if not np.array_equal(recv.view(np.uint8), want.view(np.uint8)):
                             bad = np.flatnonzero(recv.view(np.uint8) != want.view(np.uint8))
                             errors.append(f"gather {dt} n={n} root={root} repeat {k}"
