@@ -10,12 +10,13 @@ so a runner that went through the wrong parity is caught even where no rank over
 A last test checks that small repeats really run a quick runner and large ones the plain
 ``shm_collectives.RUN`` entry.
 
-bcast's runner (``Arena.bcast_runner``: up to EAGER_SMALL bytes, through the small entries of
-the root's eager ring) is checked alike: every dtype, counts 0, 1, 7, EAGER_SMALL bytes and
-one element more (the plain path), from root 0 and from the last rank, with the receivers'
-buffers filled with bytes the root never sends; then long runs of repeats (more than twice
-the ring's EAGER_RING entries) while the receivers fall behind at times, so that the root
-waits for ring space, with other calls between them. Last, ``ringworld.MPI``'s repeated
+bcast's runner (``Arena.bcast_runner``: up to EAGER_MAX bytes, through the small entries of
+the root's eager ring up to EAGER_SMALL, its large ones above) is checked alike: every dtype,
+counts 0, 1, 7, EAGER_SMALL bytes and one element more (a large entry), EAGER_MAX bytes and one
+element more (the plain path), from root 0 and from the last rank, with the receivers' buffers
+filled with bytes the root never sends; then long runs of repeats (more than twice the ring's
+EAGER_RING entries) while the receivers fall behind at times, so that the root waits for ring
+space, with other calls between them. Last, ``ringworld.MPI``'s repeated
 Bcast (its first call runs on byte views, its repeats on the typed arrays), Allreduce,
 Allgather and Alltoall."""
 
@@ -33,7 +34,7 @@ from coll_support import AFFINE, AFFINE_OP, P_AFF, affine
 import ringworld
 from ringworld import Op
 from ringworld.algorithms import shm_collectives
-from ringworld.algorithms.shm_policy import EAGER_RING, EAGER_SMALL
+from ringworld.algorithms.shm_policy import EAGER_MAX, EAGER_RING, EAGER_SMALL
 from ringworld.testing import run_processes
 
 Array = np.ndarray[Any, Any]
@@ -444,8 +445,8 @@ def _in_use(comm: ringworld.Communicator) -> list[str]:
         if not isinstance(last, tuple) or last[5] is not run[coll]:
             c.errors.append(f"large {coll}: kept {None if last is None else last[5]}, not "
                             f"shm_collectives.RUN's entry")
-    # bcast: a runner up to EAGER_SMALL bytes (from either root), RUN's entry 8 bytes over it
-    for n in (2, EAGER_SMALL // 8, EAGER_SMALL // 8 + 1):
+    # bcast: a runner up to EAGER_MAX bytes (from either root), RUN's entry 8 bytes over it
+    for n in (2, EAGER_SMALL // 8, EAGER_SMALL // 8 + 1, EAGER_MAX // 8, EAGER_MAX // 8 + 1):
         for root in (0, p - 1):
             c.bcast_repeats(i64, n, root)
             c.errors += _bcast_kept(comm, i64, n, f"bcast of {8 * n} bytes from {root}")
@@ -460,15 +461,16 @@ def test_small_repeats_use_a_quick_runner(size: int) -> None:
 
 # ------------------------------------------------------------------------------------ bcast
 def _bcast_counts(dt: np.dtype[Any]) -> tuple[int, ...]:
-    """A broadcast's counts: COUNTS, EAGER_SMALL bytes (the largest with a bcast runner) and
-    one element more (the plain path)."""
-    small = EAGER_SMALL // dt.itemsize
-    return (*COUNTS, small, small + 1)
+    """A broadcast's counts: COUNTS, EAGER_SMALL bytes (the largest small entry) and one
+    element more (a large entry), EAGER_MAX bytes (the largest with a bcast runner) and one
+    element more (the plain path)."""
+    small, most = EAGER_SMALL // dt.itemsize, EAGER_MAX // dt.itemsize
+    return (*COUNTS, small, small + 1, most, most + 1)
 
 
 def _bcast_kept(comm: ringworld.Communicator, dt: np.dtype[Any], n: int, what: str) -> list[str]:
     """After repeats of a bcast of ``n`` of ``dt`` on more than one rank: it ran in the shared
-    windows, and the kept runner is a bcast runner up to EAGER_SMALL bytes, else
+    windows, and the kept runner is a bcast runner up to EAGER_MAX bytes, else
     ``shm_collectives.RUN``'s entry."""
     if comm.size == 1 or n == 0:
         return []
@@ -478,10 +480,10 @@ def _bcast_kept(comm: ringworld.Communicator, dt: np.dtype[Any], n: int, what: s
     if not isinstance(last, tuple) or not callable(last[5]):
         return [f"{what}: no call kept ({last!r})"]
     plain = last[5] is shm_collectives.RUN["bcast"]
-    if n * dt.itemsize <= EAGER_SMALL and plain:
+    if n * dt.itemsize <= EAGER_MAX and plain:
         return [f"{what}: repeats run shm_collectives.RUN's entry, not a bcast runner"]
-    if n * dt.itemsize > EAGER_SMALL and not plain:
-        return [f"{what}: over EAGER_SMALL bytes, kept {last[5]}, not shm_collectives.RUN's"]
+    if n * dt.itemsize > EAGER_MAX and not plain:
+        return [f"{what}: over EAGER_MAX bytes, kept {last[5]}, not shm_collectives.RUN's"]
     return []
 
 
@@ -508,9 +510,10 @@ def _bcast_ring(comm: ringworld.Communicator) -> list[str]:
     a whole ring ahead and must wait for them before it writes an entry again. First runs of
     a new shape each, on one array, the receivers behind from its first call (which takes the
     checked path: a runner's entries must be those that path uses too) and again later; then
-    shapes from both roots (EAGER_SMALL bytes too), on new arrays at times, with allreduces,
-    barriers and a broadcast of one element over EAGER_SMALL (the plain path, a large entry)
-    between them, in an order the same on every rank."""
+    shapes from both roots (EAGER_SMALL bytes too, and large entries: their ring of EAGER_BIG
+    wraps many times), on new arrays at times, with allreduces, barriers and a broadcast of
+    one element over EAGER_SMALL (a large entry) between them, in an order the same on every
+    rank."""
     p, r = comm.size, comm.rank
     c = Checker(comm)
     i64, f32 = np.dtype(np.int64), np.dtype(np.float32)
@@ -524,7 +527,8 @@ def _bcast_ring(comm: ringworld.Communicator) -> list[str]:
                 time.sleep(0.05)
             c.bcast(i64, root, buf, f"run {j}, {k}")
         c.errors += _bcast_kept(comm, i64, n, f"run {j}")
-    shapes = [(i64, 7, 0), (i64, 7, last), (f32, 1, 0), (f32, EAGER_SMALL // 4, last)]
+    shapes = [(i64, 7, 0), (i64, 7, last), (f32, 1, 0), (f32, EAGER_SMALL // 4, last),
+              (f32, EAGER_SMALL // 4 + 1, 0), (i64, EAGER_MAX // 8, last)]
     bufs = [np.empty(n, dt) for dt, n, _ in shapes]
     big = np.empty(EAGER_SMALL // 8 + 1, i64)
     ar_send, ar_recv = np.empty(3, i64), np.empty(3, i64)

@@ -9,8 +9,8 @@ call's shape, and returns a runner that only copies, syncs and reads (and copies
 with one ``np.concatenate`` rather than a slice assignment per rank). Same job, np=2, 8-byte
 blocks, with and without it: allreduce 3.53 -> 2.80 us, allgather 3.73 -> 2.89, alltoall 4.02
 -> 3.02, reduce_scatter_block 4.28 -> 3.04; np=4 on two cores within the noise (+2% to -12%).
-A small bcast is one entry of the root's eager ring: its runner is the arena's
-(:meth:`~ringworld.algorithms.shm_arena.Arena.bcast_runner`; 3.25 -> 2.25 us).
+A bcast of up to EAGER_MAX bytes is one entry of the root's eager ring: its runner is the
+arena's (:meth:`~ringworld.algorithms.shm_arena.Arena.bcast_runner`; 8 bytes: 3.25 -> 2.25 us).
 
 The v-variants' repeats (:func:`quick_vector`) do the same for
 :mod:`ringworld.algorithms.shm_vector`'s slot paths: the slots' header and data views of both
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ringworld.algorithms.shm_collectives import _combine_in_rank_order
-from ringworld.algorithms.shm_policy import EAGER_SMALL
+from ringworld.algorithms.shm_policy import EAGER_MAX
 from ringworld.algorithms.shm_vector import (
     alltoallv_take,
     gatherv_sent,
@@ -53,24 +53,24 @@ def quick(a: Arena, coll: str, send: Array, recv: Array, op: Op | None,
     """A runner of ``coll`` on ``a`` with ``shm_collectives.RUN[coll]``'s arguments (its
     ``a``, op and root are those given here), for flat arrays of ``send``'s and ``recv``'s
     dtype and size, that takes the same steps; None where such a call does not go through
-    the slots or a small eager entry (larger ones, other collectives). Cost: the slots' or
+    the slots or an eager entry (larger ones, other collectives). Cost: the slots' or
     entries' views, once."""
     p, r = a.chan.size, a.chan.rank
     dt = recv.dtype
     if coll == "bcast":
-        return a.bcast_runner(root, recv) if recv.nbytes <= EAGER_SMALL else None
+        return a.bcast_runner(root, recv) if recv.nbytes <= EAGER_MAX else None
     if coll == "scatter":  # (one entry of the root's ring holds every block: see scatter)
         n = recv.size
-        if recv.nbytes * p > EAGER_SMALL:
+        if recv.nbytes * p > EAGER_MAX:
             return None
         if r == root:
             return a.bcast_runner(root, send, own=slice(r * n, (r + 1) * n))
-        return a.bcast_runner(root, recv, skip=r * n)
+        return a.bcast_runner(root, recv, skip=r * n, whole=recv.nbytes * p)
     if coll == "allreduce" and op is not None and recv.nbytes <= a.small_reduce:
         return _allreduce(a, op, _by_epoch(a, dt, recv.size))
     if coll == "gather":  # (as gather: the eager rings where ranks share cores, else slots)
         if a.crowded:
-            return a.gather_runner(root, send) if send.nbytes <= EAGER_SMALL else None
+            return a.gather_runner(root, send) if send.nbytes <= EAGER_MAX else None
         if send.nbytes > a.small:
             return None
         views = _by_epoch(a, send.dtype, send.size)
