@@ -11,14 +11,17 @@ left alone. After every small call each rank's slot of
 that sync's parity must hold what shm_vector's own step writes there (its header words, its
 blocks): a runner that went through the other parity is caught even where no rank overtook
 another. The repeats must run a runner (not ``shm_vector.RUN``'s entry); blocks too large for
-the slots run ``RUN``'s entry, and so do the gatherv and scatterv of crowded windows (which
-take the eager rings), while their allgatherv and alltoallv (the slots) run runners.
+the slots run ``RUN``'s entry. Crowded windows run runners too: of the slots for allgatherv and
+alltoallv, of the eager rings for scatterv and gatherv (``shm_vector.eager_scatterv_runner``
+and ``eager_gatherv_runner``), up to the most an entry holds (one element more: ``RUN``'s entry
+on the ranks that know, the others' runners handing over to shm_vector's steps).
 
 Then: repeats with other calls between them (both slot parities); disagreements on a repeat
 (a rank that passes a new shape beside ranks that run their runners) raise MismatchError on
 the ranks that see them, with the messages of the checked path, and the communicator stays
-usable; a root's large blocks beside a runner (its header hands the rest of the call to
-shm_vector's steps: blocks read or written straight, or the message path); and
+usable (in crowded windows too, through the eager rings); a root's large blocks beside a
+runner (its header hands the rest of the call to shm_vector's steps: blocks read or written
+straight, or the message path); and
 ``ringworld.MPI``'s Gatherv, Scatterv, Allgatherv and Alltoallv repeated on the same arrays.
 """
 
@@ -34,6 +37,7 @@ import pytest
 import ringworld
 from ringworld import runtime
 from ringworld.algorithms import shm_vector
+from ringworld.algorithms.shm_policy import EAGER_MAX
 from ringworld.errors import MismatchError
 from ringworld.testing import run_processes
 
@@ -360,12 +364,10 @@ def _matrix(comm: ringworld.Communicator, crowded: bool) -> list[str]:
             shape = Shape(coll, p, dt, shift=j + k, layout=LAYOUTS[(j + k) % 3], root=root)
             # (ranks that share cores: allgatherv and alltoallv still take the slots, and so
             # does gatherv where ranks may not write each other's memory; scatterv and that
-            # gatherv the eager rings, which make no runner)
-            a = comm._arena
-            ch.slots = slots = (not crowded or coll in ("allgatherv", "alltoallv")
-                                or (coll == "gatherv" and a is not None and not a.direct))
+            # gatherv the eager rings, with runners of their own)
+            ch.slots = _in_slots(comm, coll, crowded)
             ch.repeats(shape)
-            ch.kept(coll, slots, repr(shape))
+            ch.kept(coll, True, repr(shape))
     if p > 1 and comm._arena is not None and comm._arena.crowded != crowded:
         ch.errors.append(f"the windows' crowded is {comm._arena.crowded}, not {crowded}")
     return ch.errors
@@ -379,9 +381,17 @@ def test_repeats_run_a_runner_and_give_numpys_result(size: int) -> None:
 
 
 @pytest.mark.usefixtures("crowded")
-def test_crowded_windows_make_runners_only_for_the_slot_paths() -> None:
-    results = run_processes(3, _matrix, True, timeout=WAIT)
+@pytest.mark.parametrize("size", [2, 3, 5])
+def test_crowded_windows_make_runners_for_the_slots_and_the_eager_rings(size: int) -> None:
+    results = run_processes(size, _matrix, True, timeout=WAIT)
     assert [e for errs in results for e in errs] == []
+
+
+def _in_slots(comm: ringworld.Communicator, coll: str, crowded: bool) -> bool:
+    """Whether ``coll`` goes through the slots (else the eager rings: see shm_vector)."""
+    a = comm._arena
+    return (not crowded or coll in ("allgatherv", "alltoallv")
+            or (coll == "gatherv" and a is not None and not a.direct))
 
 
 # ----------------------------------------------------------------------- large blocks
@@ -571,12 +581,15 @@ def _usable(ch: Checker, shape: Shape, what: str) -> None:
         ch.errors.append(f"after {what}: allreduce gave {got}")
 
 
-def _mismatches(comm: ringworld.Communicator) -> list[str]:
+def _mismatches(comm: ringworld.Communicator, crowded: bool = False) -> list[str]:
     """On 3 ranks, each shape kept with runners on every rank, then one rank (or the root)
-    passes a new shape (the checked path) beside ranks that repeat theirs (their runners)."""
+    passes a new shape (the checked path) beside ranks that repeat theirs (their runners);
+    ``crowded``: gatherv and scatterv through the eager rings."""
     r = comm.rank
     ch = Checker(comm)
     at = Attempts(ch)
+    comm.allreduce(np.ones(1), np.zeros(1))  # (maps the windows)
+    ch.slots = _in_slots(comm, "gatherv", crowded)
 
     # gatherv to root 0, counts [2, 1, 3]: runners everywhere
     kept = Shape("gatherv", 3, F64, layout="gapped", counts=[2, 1, 3])
@@ -589,6 +602,9 @@ def _mismatches(comm: ringworld.Communicator) -> list[str]:
     other = Shape("gatherv", 3, F64, layout="gapped", counts=[2, 1, 2])
     words = {0: "rank 2 sent 2 elements, this rank (the root, rank 0) expects 3 (counts[2])",
              2: "the root (rank 0) expects 3 elements from this rank (rank 2), which sent 2"}
+    eager = not ch.slots  # (a sender through its eager ring reads no root's header: no error)
+    if eager:
+        del words[2]
     mine = other.arrays(r)[0] if r == 2 else send
     t = at.call("gatherv, rank 2 sends 2", other if r == 2 else kept, mine, recv, words.get(r))
     if r == 0:
@@ -602,6 +618,8 @@ def _mismatches(comm: ringworld.Communicator) -> list[str]:
     other = Shape("gatherv", 3, F64, layout="gapped", counts=[2, 2, 3])
     words = {0: "rank 1 sent 1 element, this rank (the root, rank 0) expects 2 (counts[1])",
              1: "the root (rank 0) expects 2 elements from this rank (rank 1), which sent 1"}
+    if eager:
+        del words[1]
     root_recv = other.arrays(0)[1] if r == 0 else None
     t = at.call("gatherv, the root expects 2 from rank 1", other if r == 0 else kept, send,
                 root_recv, words.get(r))
@@ -614,6 +632,7 @@ def _mismatches(comm: ringworld.Communicator) -> list[str]:
 
     # scatterv from root 1, counts [2, 1, 3]: the root sends [1, 1, 3] (new counts, packed):
     # rank 0 (its runner) raises; rank 2's block, at another place in the root's slot, right
+    ch.slots = _in_slots(comm, "scatterv", crowded)
     kept = Shape("scatterv", 3, I32, layout="gapped", counts=[2, 1, 3], root=1)
     send, recv = kept.arrays(r)
     for k in range(2):
@@ -630,6 +649,7 @@ def _mismatches(comm: ringworld.Communicator) -> list[str]:
 
     # alltoallv: rank 1 sends 2 elements to rank 0 (new counts), which expects 1 (its runner):
     # rank 0 raises; rank 2's block from rank 1 (at another place in its slot) right
+    ch.slots = True
     sc = [[1, 2, 0], [1, 1, 2], [3, 0, 1]]
     kept = Shape("alltoallv", 3, C128, layout="gapped", sc=sc)
     send, recv = kept.arrays(r)
@@ -671,6 +691,48 @@ def _mismatches(comm: ringworld.Communicator) -> list[str]:
 @pytest.mark.usefixtures("roomy")
 def test_mismatches_on_repeats_raise_where_seen_and_leave_the_communicator_usable() -> None:
     assert run_processes(3, _mismatches, timeout=WAIT) == [[]] * 3
+
+
+@pytest.mark.usefixtures("crowded")
+def test_mismatches_on_eager_repeats_raise_where_seen_and_leave_it_usable() -> None:
+    assert run_processes(3, _mismatches, True, timeout=WAIT) == [[]] * 3
+
+
+def _entry_edges(comm: ringworld.Communicator) -> list[str]:
+    """Crowded windows: a gatherv block and a scatterv root's blocks for the others that just
+    fit an eager entry (runners everywhere) and one element more (``RUN``'s entry on the ranks
+    that know it; the others' runners take the rest of the call as shm_vector's steps do:
+    the root's large header, blocks read straight or the message path), repeated, right."""
+    p, r = comm.size, comm.rank
+    ch = Checker(comm, slots=False)
+    comm.allreduce(np.ones(1), np.zeros(1))  # (maps the windows)
+    a = comm._arena
+    assert a is not None and a.crowded
+    room = (EAGER_MAX - shm_vector._head_bytes(p)) // F64.itemsize  # (elements an entry holds)
+    for extra in (0, 1):
+        big = room + extra
+        fits = extra == 0
+        # gatherv to root 0: rank 1's block of big (the root and rank 1 know it); through the
+        # slots where ranks may not write each other's memory (the same room there)
+        counts = [2] * p
+        counts[1] = big
+        shape = Shape("gatherv", p, F64, layout="gapped", counts=counts)
+        ch.repeats(shape, PLAN[:4])
+        ch.kept("gatherv", fits or r not in (0, 1), f"{shape!r} big={big}")
+        # scatterv from the last rank: its blocks for the others sum to big
+        counts = [1] * p
+        counts[0] = big - (p - 2)
+        shape = Shape("scatterv", p, F64, layout="padded", counts=counts, root=p - 1)
+        ch.repeats(shape, PLAN[:4])
+        ch.kept("scatterv", fits or r != p - 1, f"{shape!r} big={big}")
+    return ch.errors
+
+
+@pytest.mark.usefixtures("crowded")
+@pytest.mark.parametrize("size", [2, 3])
+def test_blocks_too_large_for_an_eager_entry_make_no_runner_there(size: int) -> None:
+    results = run_processes(size, _entry_edges, timeout=WAIT)
+    assert [e for errs in results for e in errs] == []
 
 
 # ---------------------------------------------------------------------- large fallbacks

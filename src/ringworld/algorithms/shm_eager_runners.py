@@ -132,3 +132,83 @@ class EagerRunners:
             self._eager_end(s, root, stamp)
 
         return take
+
+    def ring_entries(self, rank: int, like: Array) -> list[Array]:
+        """Every entry of ``rank``'s eager ring as ``like``'s dtype, at most its size: the
+        EAGER_RING small ones, then the EAGER_BIG large ones (an entry's index here is the
+        ``e`` of the filled runners' ``fill``)."""
+        return [self._entry(rank, e, like) for e in range(EAGER_RING + EAGER_BIG)]
+
+    def filled_bcast_runner(self, root: int, large: bool, fill: Callable[[int, Array], Any]
+                            ) -> Callable[[Array], Any]:
+        """:meth:`eager_bcast` from ``root`` with a ``fill``, for a repeated call whose root
+        puts a (``large``) entry of a size known in advance: ``run(buf)`` on the root calls
+        ``fill(e, buf)`` to fill its entry ``e`` (see :meth:`ring_entries`), on the others
+        ``fill(e, buf)`` to read the root's (small or large, as the root's stamp says), and
+        returns what that returns. There ``fill`` must raise nothing (the call must end: see
+        eager_bcast). Raises: as eager_bcast."""
+        mine, src, others = self._mine, self._ctr[root], self._others
+        ring, first = (EAGER_BIG, EAGER_RING) if large else (EAGER_RING, 0)
+        bit = int(large)
+
+        def root_run(buf: Array) -> None:
+            s, word, stamp = self._eager_begin()
+            if s - ring > self._ring_done:  # (as _eager_put)
+                self._ring_space(s - ring)
+            fill(first + s % ring, buf)
+            mine[word] = stamp | bit
+            want = stamp >> 32
+            for c in others:
+                if c[word] >> 32 == want:
+                    self._two_roots(word, want)
+            self._eager_end(s, root, stamp)
+
+        def other_run(buf: Array) -> Any:
+            s, word, stamp = self._eager_begin()
+            got = src[word]
+            if got | 1 != stamp | 1:
+                got = self._eager_take(root, s, word, stamp, _BCAST)
+            got = fill(EAGER_RING + s % EAGER_BIG if got & 1 else s % EAGER_RING, buf)
+            self._eager_end(s, root, stamp)
+            return got
+
+        return root_run if self.chan.rank == root else other_run
+
+    def filled_gather_runner(self, root: int, large: bool, fill: Callable[..., None]
+                             ) -> Callable[[Array], None]:
+        """:meth:`eager_gather` to ``root`` with a ``fill`` (no lead, no follow), for a repeated
+        call whose senders put a (``large``) entry of a size known in advance: ``run(buf)`` on
+        a sender calls ``fill(e, buf)`` to fill its entry ``e`` (see :meth:`ring_entries`), on
+        the root ``fill(i, e, buf)`` for each other rank i in turn, ``e`` its entry (small or
+        large, as its stamp says). There ``fill`` raises only where the call cannot end.
+        Raises: as eager_gather."""
+        me, mine = self.chan.rank, self._mine
+        if me != root:
+            ring, first = (EAGER_BIG, EAGER_RING) if large else (EAGER_RING, 0)
+            bit = int(large)
+
+            def put_run(buf: Array) -> None:
+                s, word, stamp = self._eager_begin()
+                if s - ring > self._ring_done:  # (as _eager_put)
+                    self._ring_space(s - ring)
+                fill(first + s % ring, buf)
+                mine[word] = stamp | bit
+                self._eager_end(s, root, stamp)
+
+            return put_run
+        senders = [(i, self._ctr[i]) for i in range(self.chan.size) if i != me]
+
+        def take_run(buf: Array) -> None:
+            s, word, stamp = self._eager_begin()
+            if s - EAGER_RING > self._ring_done:  # (as eager_gather's root: no lead)
+                self._ring_space(s - EAGER_RING)
+            mine[word] = stamp ^ 0xFFFFFFFE  # (as eager_gather's root: no sender stamps so)
+            small, big = s % EAGER_RING, EAGER_RING + s % EAGER_BIG
+            for i, src in senders:
+                got = src[word]
+                if got | 1 != stamp | 1:
+                    got = self._eager_take(i, s, word, stamp, _GATHER)
+                fill(i, big if got & 1 else small, buf)
+            self._eager_end(s, root, stamp)
+
+        return take_run

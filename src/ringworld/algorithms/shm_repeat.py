@@ -30,6 +30,8 @@ from ringworld.algorithms.shm_collectives import _combine_in_rank_order
 from ringworld.algorithms.shm_policy import EAGER_MAX
 from ringworld.algorithms.shm_vector import (
     alltoallv_take,
+    eager_gatherv_runner,
+    eager_scatterv_runner,
     gatherv_sent,
     scatterv_got,
     slot_views,
@@ -148,14 +150,17 @@ def quick_vector(a: Arena, coll: str, spec: Spec, send: Array, recv: Array
     """A runner of the v-variant ``coll`` on ``a`` with ``shm_vector.RUN[coll]``'s arguments
     and return (its ``a`` and ``spec`` are those given here), for flat arrays of ``send``'s
     and ``recv``'s dtype and size, that takes the same steps; None where such a call does not
-    go through the slots with every block of this rank's in its slot (ranks that share cores
-    take the eager rings for a scatterv, and for a gatherv where they may write each other's
-    memory; large blocks; reduce_scatter). Cost: the slots' views and this rank's header
-    words, once."""
-    if (coll == "reduce_scatter" or (coll == "scatterv" and a.crowded)
-            or (coll == "gatherv" and a.crowded and a.direct)):
+    go through the slots with every block of this rank's in its slot, nor through the eager
+    rings with every block in an entry (ranks that share cores take those for a scatterv, and
+    for a gatherv where they may write each other's memory: see shm_vector; larger blocks;
+    reduce_scatter). Cost: the slots' or entries' views and this rank's header words, once."""
+    if coll == "reduce_scatter":
         return None
     dt = send.dtype if coll == "gatherv" else recv.dtype
+    if coll == "scatterv" and a.crowded:  # (the root's eager ring: see shm_vector.scatterv)
+        return eager_scatterv_runner(a, spec, dt)
+    if coll == "gatherv" and a.crowded and a.direct:  # (the senders' rings: as gatherv)
+        return eager_gatherv_runner(a, spec, dt, send.size)
     views = (slot_views(a, 1, dt), slot_views(a, 0, dt))  # (by the epoch's parity)
     heads, datas = (views[0][0], views[1][0]), (views[0][1], views[1][1])
     cap, r, root = views[0][2], a.chan.rank, spec.root
