@@ -35,7 +35,7 @@ from ringworld.comm.requests import (
 )
 from ringworld.errors import Timeout
 from ringworld.tuning import constants
-from ringworld.tuning.select import Plan, Selector
+from ringworld.tuning.select import BARRIERS_ON_MESSAGES, Plan, Selector
 
 if TYPE_CHECKING:
     import numpy as np
@@ -69,6 +69,8 @@ class CollectiveCore(ObjectCollectives):
         self._scratch: executor.Scratch | None = None  # made on first use (imports numpy)
         self._freed = False
         self._arena: shm.Arena | None = None
+        self._barriers = 0  # barriers run on messages before the windows were mapped
+        self._barrier_sig: tuple[int, int, str] | None = None  # a windows barrier's (repeats)
         self._cache = CallCache()  # what the calls remember (see collective.cache)
         self._last_calls = self._cache.last  # the repeat path's first lookup, one load away
         self._done: Request[None] = CompletedRequest(engine, None)  # a blocking call's result
@@ -96,11 +98,11 @@ class CollectiveCore(ObjectCollectives):
     def _shm_ok(self, collective: str, algorithm: str | None, blocking: bool) -> bool:
         """Whether the shared-memory path can run this call (the selector decides whether
         it does): blocking, one host, ranks that map each other's windows."""
-        # a barrier alone does not map the shared windows (start-up stays light); any other
-        # collective does, once, on its first call
+        # a barrier alone maps the shared windows only after a few (start-up stays light:
+        # see BARRIERS_ON_MESSAGES); any other collective does, once, on its first call
         return (blocking and self.transport == "shm"
-                and (self._arena is not None or collective != "barrier"
-                     or algorithm == SHM)  # first: a start-up barrier loads no numpy
+                and (self._arena is not None or collective != "barrier" or algorithm == SHM
+                     or self._barriers >= BARRIERS_ON_MESSAGES)
                 and self.size <= shm.MAX_RANKS and self._chan.supports_shared_memory)
 
     def plan(self, collective: str, nbytes: int, *, algorithm: str | None = None,
@@ -245,11 +247,25 @@ class CollectiveCore(ObjectCollectives):
     # ------------------------------------------------------------------ barrier
     @observable("collective")
     def barrier(self, *, algorithm: str | None = None, timeout: float | None = None) -> None:
-        """Block until every rank has entered the barrier (dissemination: log2 p rounds).
+        """Block until every rank has entered the barrier: one sync in the shared windows,
+        else dissemination on messages (log2 p rounds).
 
         Raises:
             Timeout, PeerFailure: a rank did not arrive in time or failed.
         """
+        a, sig, e = self._arena, self._barrier_sig, self._engine
+        if (sig is not None and a is not None and algorithm is None and timeout is None
+                and not (e.mismatched or e.remote_mismatches or e.strays or e.revoked)):
+            # a repeat in the windows: _barrier's steps without the choice (np=4 on 2 cores,
+            # where every step costs twice its time after the ranks' turns on a core)
+            a.begin_signed("barrier", None, sig, self._next_seq())
+            self.last_algorithm = SHM
+            try:
+                a.sync()
+            except BaseException as exc:
+                a.abandon(exc)
+                raise
+            return
         self._barrier(algorithm, True, timeout)
 
     @observable("collective", start=True)
@@ -261,10 +277,14 @@ class CollectiveCore(ObjectCollectives):
                  timeout: float | None) -> Request[None]:
         algo = self._choose("barrier", 0, algorithm, blocking=blocking)
         if algo == SHM:
-            self._in_windows(shm.barrier, self._shm("barrier", timeout))
+            a = self._shm("barrier", timeout)
+            self._in_windows(shm.barrier, a)
+            if algorithm is None:
+                self._barrier_sig = a.signature("barrier", 0, ())
             return CompletedRequest(self._engine, None)
         if blocking and self.size > 1:  # without the executor: start-up needs no numpy
             self._dissemination(timeout)
+            self._barriers += 1
             return CompletedRequest(self._engine, None)
         return self._go("barrier", algo, Spec(self.size, self.rank), [], None, blocking, timeout)
 
