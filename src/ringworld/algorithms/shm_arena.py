@@ -14,6 +14,7 @@ import weakref
 import zlib
 from collections.abc import Callable, Collection
 from functools import partial
+from os import sched_yield as _sched_yield
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
@@ -64,6 +65,7 @@ REFUSED_KIND = 7  # header word: 1 ValueError, 2 TypeError (the refusal's text a
 FAILED_TEXT_BYTES = 192
 SEQ_MASK = 0x7FFFFFFF
 INLINE_SPIN = 256  # a few microseconds of counter checks (see Arena.sync)
+INLINE_YIELDS = 8  # where ranks share cores: yields of the core to them (see Arena.sync)
 
 
 class Arena(RaceCalls, EagerRunners):
@@ -73,7 +75,8 @@ class Arena(RaceCalls, EagerRunners):
     # and every attribute read of the sync path slower with it (an 8 B allreduce ~0.2 us)
     __slots__ = (
         "__weakref__", "_areas", "_bhash", "_bseq", "_call", "_crc", "_ctr",
-        "_inline_spin", "_mine", "_others", "_ring", "_ring_cache", "_ring_done", "_seq", "_sig",
+        "_inline_spin", "_inline_yields", "_mine", "_others", "_ring", "_ring_cache",
+        "_ring_done", "_seq", "_sig",
         "_slot_cache", "_slots", "_wake",
         "_what", "broken", "chan", "chunk", "crowded", "direct", "direct_min", "epoch", "pieces",
         "policy", "small", "small_reduce", "timeout", "vector_views",
@@ -132,6 +135,7 @@ class Arena(RaceCalls, EagerRunners):
         # counter checks in sync() before the general wait; none when ranks outnumber cores
         # (the awaited rank may need this one's core)
         self._inline_spin = 0 if comm.oversubscribed else INLINE_SPIN
+        self._inline_yields = INLINE_YIELDS if comm.oversubscribed else 0
         # ranks share cores (direct copies start later): every rank has the same answer (the
         # ranks' core counts are exchanged at start-up), as it picks between paths that every
         # rank must take alike
@@ -271,6 +275,17 @@ class Arena(RaceCalls, EagerRunners):
             e = self.epoch
         others = self._others
         for c in others:
+            if c[0] < e and self._inline_yields:
+                # ranks that share cores: the peer runs once this rank gives up its core,
+                # usually within a yield or two; the general wait (its closures, its clock
+                # reads) costs more than the sync itself there
+                for _ in range(self._inline_yields):
+                    _sched_yield()
+                    if c[0] >= e:
+                        break
+                else:
+                    self._wait(e)
+                    break
             if c[0] < e:
                 # (none while a peer shares this CPU: it runs only once this rank yields)
                 spin = 0 if self.chan.sharing_cpu else self._inline_spin
