@@ -427,7 +427,7 @@ class Arena(RaceCalls, EagerRunners):
 
     def eager_gather(self, buf: Array, root: int, out: Array, fill: Fill | None = None,
                      lead: Fill | None = None, follow: Follow | None = None,
-                     need: int = -1) -> None:
+                     need: int = -1, who: tuple[str, str, str] = _GATHER) -> None:
         """Gather every rank's ``buf`` (at most EAGER_MAX bytes) into ``out`` of ``root``,
         block i from rank i, without a sync: each other rank puts its ``buf`` into its own
         ring as a broadcast's root does (same numbering, rules and errors as
@@ -437,7 +437,8 @@ class Arena(RaceCalls, EagerRunners):
         the root first fills its own (large) entry of the call (``lead(root, entry)``); with
         ``follow``, a sender then waits for the root to begin the call and calls
         ``follow(root, that entry)``, or ``follow(root, None)`` if the root had no ``lead``
-        (not at all if the root ended the call refusing it). Raises: as :meth:`eager_bcast`."""
+        (not at all if the root ended the call refusing it). ``who``: what a sender is, what
+        it makes, how (for messages). Raises: as :meth:`eager_bcast`."""
         s, word, stamp = self._eager_begin()
         me = self.chan.rank
         big = EAGER_RING + s % EAGER_BIG
@@ -465,7 +466,7 @@ class Arena(RaceCalls, EagerRunners):
                 if i != me:
                     got = self._ctr[i][word]
                     if got | 1 != stamp | 1:
-                        got = self._eager_take(i, s, word, stamp, _GATHER)
+                        got = self._eager_take(i, s, word, stamp, who)
                     e = EAGER_RING + s % EAGER_BIG if got & 1 else s % EAGER_RING
                     if fill is None:
                         out[i * n : (i + 1) * n] = self._entry(i, e, buf)

@@ -270,6 +270,9 @@ def reduce(a: Arena, send: Array, recv: Array, op: Op, root: int) -> None:
     vector in one sync, the root combining every rank's copy in rank order)."""
     p, r = a.chan.size, a.chan.rank
     dt = send.dtype
+    if a.crowded and send.nbytes <= a.small_reduce:
+        _reduce_eager(a, send, recv, op, root)
+        return
     if send.nbytes <= a.small_reduce:
         slot = a.slots(a.next_parity(), dt, send.size)
         slot[r][...] = send
@@ -300,6 +303,40 @@ def reduce(a: Arena, send: Array, recv: Array, op: Op, root: int) -> None:
                 if i != r:
                     b0, bl = blk[i]
                     np.copyto(recv[c0 + b0 : c0 + b0 + bl], a.area(i, 1, dt, m)[b0 : b0 + bl])
+
+
+_REDUCE = ("a sender", "reduce input", "sent")  # (eager_gather's words for a reduce)
+
+
+def _reduce_eager(a: Arena, send: Array, recv: Array, op: Op, root: int) -> None:
+    """A small :func:`reduce` of ranks that share cores, through the eager rings as a small
+    gather: each other rank puts its vector into its ring and returns, so no rank waits for
+    all the others to be scheduled; the root combines the vectors in rank order (its own at
+    its place) as they are stamped, each before its entry can be written again. Cost: one copy
+    in at each sender, p - 1 combining passes at the root."""
+    r = a.chan.rank
+    if r != root:
+        a.eager_gather(send, root, recv, who=_REDUCE)
+        return
+    # (in place, ranks before the root's would overwrite its input in recv: combine a copy)
+    mine = send.copy() if root and np.shares_memory(send, recv) else send
+    done = [0]  # inputs combined into recv so far (rank order)
+
+    def add(x: Array) -> None:
+        if done[0]:
+            op.reduce_into(recv, x, src_left=False)
+        elif x is not recv:
+            np.copyto(recv, x)
+        done[0] += 1
+
+    def take(i: int, entry: Array) -> None:
+        if i > root and done[0] == root:
+            add(mine)  # the root's own input comes before rank i's
+        add(entry)
+
+    a.eager_gather(send, root, recv, fill=take, who=_REDUCE)
+    if done[0] == root:  # the root is the last rank
+        add(mine)
 
 
 def bcast(a: Arena, send: Array, buf: Array, op: Op | None, root: int) -> None:

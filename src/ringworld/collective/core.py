@@ -346,7 +346,7 @@ class CollectiveCore(ObjectCollectives):
             return
         a = self._shm(collective, None)
         a.unsign()
-        if collective in ("gather", "gatherv"):  # the others may have taken an eager path
+        if collective in ("gather", "gatherv", "reduce"):  # the others: maybe an eager path
             a.refuse_gather(self._refusal(a.what, exc), type(exc))
         else:
             a.refuse(self._refusal(a.what, exc), type(exc))
