@@ -174,14 +174,14 @@ class EagerRunners:
 
         return root_run if self.chan.rank == root else other_run
 
-    def filled_gather_runner(self, root: int, large: bool, fill: Callable[..., None]
-                             ) -> Callable[[Array], None]:
+    def filled_gather_runner(self, root: int, large: bool, fill: Callable[..., None],
+                             who: tuple[str, str, str] = _GATHER) -> Callable[[Array], None]:
         """:meth:`eager_gather` to ``root`` with a ``fill`` (no lead, no follow), for a repeated
         call whose senders put a (``large``) entry of a size known in advance: ``run(buf)`` on
         a sender calls ``fill(e, buf)`` to fill its entry ``e`` (see :meth:`ring_entries`), on
         the root ``fill(i, e, buf)`` for each other rank i in turn, ``e`` its entry (small or
         large, as its stamp says). There ``fill`` raises only where the call cannot end.
-        Raises: as eager_gather."""
+        ``who``: as eager_gather's. Raises: as eager_gather."""
         me, mine = self.chan.rank, self._mine
         if me != root:
             ring, first = (EAGER_BIG, EAGER_RING) if large else (EAGER_RING, 0)
@@ -207,7 +207,7 @@ class EagerRunners:
             for i, src in senders:
                 got = src[word]
                 if got | 1 != stamp | 1:
-                    got = self._eager_take(i, s, word, stamp, _GATHER)
+                    got = self._eager_take(i, s, word, stamp, who)
                 fill(i, big if got & 1 else small, buf)
             self._eager_end(s, root, stamp)
 

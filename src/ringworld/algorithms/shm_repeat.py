@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ringworld.algorithms.shm_collectives import _combine_in_rank_order
+from ringworld.algorithms.shm_collectives import REDUCE_WORDS, Fold, _combine_in_rank_order
 from ringworld.algorithms.shm_policy import EAGER_MAX
 from ringworld.algorithms.shm_vector import (
     alltoallv_take,
@@ -70,6 +70,10 @@ def quick(a: Arena, coll: str, send: Array, recv: Array, op: Op | None,
         return a.bcast_runner(root, recv, skip=r * n, whole=recv.nbytes * p)
     if coll == "allreduce" and op is not None and recv.nbytes <= a.small_reduce:
         return _allreduce(a, op, _by_epoch(a, dt, recv.size))
+    if coll == "reduce" and op is not None and send.nbytes <= a.small_reduce:
+        if a.crowded:  # (the eager rings, as reduce: a gather's put, the root's Fold)
+            return a.gather_runner(root, send) if r != root else _reduce_root(a, op, send, root)
+        return _allreduce(a, op, _by_epoch(a, send.dtype, send.size), root=root)
     if coll == "gather":  # (as gather: the eager rings where ranks share cores, else slots)
         if a.crowded:
             return a.gather_runner(root, send) if send.nbytes <= EAGER_MAX else None
@@ -96,22 +100,43 @@ def _by_epoch(a: Arena, dt: np.dtype[Any], count: int) -> tuple[list[Array], lis
 
 
 def _allreduce(a: Arena, op: Op, views: tuple[list[Array], list[Array]],
-               blocks: tuple[tuple[Array, ...], ...] | None = None) -> Runner:
+               blocks: tuple[tuple[Array, ...], ...] | None = None, root: int = -1) -> Runner:
     """Copy in, sync, combine every rank's slot (or ``blocks``: a block of each) in rank
-    order, as the slot paths of allreduce and reduce_scatter_block."""
+    order, as the slot paths of allreduce and reduce_scatter_block; and of reduce (``root``:
+    only there)."""
     r = a.chan.rank
     ins = views if blocks is None else blocks
     uf = op.ufunc if a.chan.size == 2 else None
+    combines = root < 0 or r == root
 
     def run(_: Arena, send: Array, recv: Array, _op: Op | None, _root: int) -> None:
         e = a.epoch & 1
         views[e][r][...] = send
         a.sync()
+        if not combines:
+            return
         x = ins[e]
         if uf is not None:
             uf(x[0], x[1], out=recv)
         else:
             _combine_in_rank_order(op, recv, x)
+
+    return run
+
+
+def _reduce_root(a: Arena, op: Op, like: Array, root: int) -> Runner:
+    """The root of a small reduce through the eager rings (see ``shm_collectives.reduce``):
+    every other rank's entries' views made once, each taken into a :class:`Fold` in rank
+    order as it is stamped."""
+    views = [a.ring_entries(i, like) if i != root else [] for i in range(a.chan.size)]
+    fold = Fold(op, root)
+    take = a.filled_gather_runner(root, False, lambda i, e, _recv: fold.take(i, views[i][e]),
+                                  REDUCE_WORDS)
+
+    def run(_: Arena, send: Array, recv: Array, _op: Op | None, _root: int) -> None:
+        fold.begin(send, recv)
+        take(recv)
+        fold.end()
 
     return run
 
