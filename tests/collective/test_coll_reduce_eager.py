@@ -1,5 +1,5 @@
 """Small reduces and their repeats' runners. Where ranks share cores a small reduce goes through
-the eager rings (``shm_collectives._reduce_eager``; its runner ``shm_repeat._reduce_root`` at the
+the eager rings (``shm_eager_reduce.reduce_eager``; its runner ``shm_repeat._reduce_root`` at the
 root, a gather's put elsewhere): each other rank puts its vector in its ring and returns, the
 root combines them in rank order as they are stamped. Elsewhere it takes the slots, one sync
 (its runner ``shm_repeat._allreduce`` with a root). Checked on 2, 3 and 5 forked ranks, crowded

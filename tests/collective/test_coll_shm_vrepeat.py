@@ -395,6 +395,23 @@ def _in_slots(comm: ringworld.Communicator, coll: str, crowded: bool) -> bool:
 
 
 # ----------------------------------------------------------------------- large blocks
+def _rooted_edge(ch: Checker, big: int, fits: bool) -> None:
+    """A gatherv to root 0 where rank 1's block is ``big`` (the root and rank 1 know it), and
+    a scatterv from the last rank whose blocks for the others sum to ``big``, repeated: a
+    runner everywhere where they ``fits``, else ``RUN``'s entry on the ranks that know it."""
+    p, r = ch.comm.size, ch.comm.rank
+    counts = [2] * p
+    counts[1] = big
+    shape = Shape("gatherv", p, F64, layout="gapped", counts=counts)
+    ch.repeats(shape, PLAN[:4])
+    ch.kept("gatherv", fits or r not in (0, 1), f"{shape!r} big={big}")
+    counts = [1] * p
+    counts[0] = big - (p - 2)
+    shape = Shape("scatterv", p, F64, layout="padded", counts=counts, root=p - 1)
+    ch.repeats(shape, PLAN[:4])
+    ch.kept("scatterv", fits or r != p - 1, f"{shape!r} big={big}")
+
+
 def _large(comm: ringworld.Communicator) -> list[str]:
     """Blocks that just fit the slots (``cap`` elements: a runner) and one element more
     (``RUN``'s entry, on the ranks whose blocks no longer fit: the others still run theirs),
@@ -412,18 +429,7 @@ def _large(comm: ringworld.Communicator) -> list[str]:
         shape = Shape("allgatherv", p, F64, layout="gapped", counts=counts)
         ch.repeats(shape, PLAN[:4])
         ch.kept("allgatherv", fits, f"{shape!r} big={big}")
-        # gatherv to root 0: rank 1's block of big (the root and rank 1 know it)
-        counts = [2] * p
-        counts[1] = big
-        shape = Shape("gatherv", p, F64, layout="gapped", counts=counts)
-        ch.repeats(shape, PLAN[:4])
-        ch.kept("gatherv", fits or r not in (0, 1), f"{shape!r} big={big}")
-        # scatterv from the last rank: its blocks for the others sum to big
-        counts = [1] * p
-        counts[0] = big - (p - 2)
-        shape = Shape("scatterv", p, F64, layout="padded", counts=counts, root=p - 1)
-        ch.repeats(shape, PLAN[:4])
-        ch.kept("scatterv", fits or r != p - 1, f"{shape!r} big={big}")
+        _rooted_edge(ch, big, fits)
         # alltoallv: rank 0's blocks for the others sum to big
         sc = [[1] * p for _ in range(p)]
         sc[0][1] = big - (p - 2)
@@ -703,28 +709,16 @@ def _entry_edges(comm: ringworld.Communicator) -> list[str]:
     fit an eager entry (runners everywhere) and one element more (``RUN``'s entry on the ranks
     that know it; the others' runners take the rest of the call as shm_vector's steps do:
     the root's large header, blocks read straight or the message path), repeated, right."""
-    p, r = comm.size, comm.rank
+    p = comm.size
     ch = Checker(comm, slots=False)
     comm.allreduce(np.ones(1), np.zeros(1))  # (maps the windows)
     a = comm._arena
     assert a is not None and a.crowded
     room = (EAGER_MAX - shm_vector._head_bytes(p)) // F64.itemsize  # (elements an entry holds)
     for extra in (0, 1):
-        big = room + extra
-        fits = extra == 0
-        # gatherv to root 0: rank 1's block of big (the root and rank 1 know it); through the
-        # slots where ranks may not write each other's memory (the same room there)
-        counts = [2] * p
-        counts[1] = big
-        shape = Shape("gatherv", p, F64, layout="gapped", counts=counts)
-        ch.repeats(shape, PLAN[:4])
-        ch.kept("gatherv", fits or r not in (0, 1), f"{shape!r} big={big}")
-        # scatterv from the last rank: its blocks for the others sum to big
-        counts = [1] * p
-        counts[0] = big - (p - 2)
-        shape = Shape("scatterv", p, F64, layout="padded", counts=counts, root=p - 1)
-        ch.repeats(shape, PLAN[:4])
-        ch.kept("scatterv", fits or r != p - 1, f"{shape!r} big={big}")
+        # (gatherv through the slots where ranks may not write each other's memory: the same
+        # room there)
+        _rooted_edge(ch, room + extra, extra == 0)
     return ch.errors
 
 

@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ringworld.algorithms.shm_collectives import REDUCE_WORDS, Fold, _combine_in_rank_order
+from ringworld.algorithms.shm_collectives import _combine_in_rank_order
+from ringworld.algorithms.shm_eager_reduce import REDUCE_WORDS, Fold
 from ringworld.algorithms.shm_policy import EAGER_MAX
 from ringworld.algorithms.shm_vector import (
     alltoallv_take,
