@@ -83,6 +83,7 @@ from ringworld.algorithms.shm_policy import (
     SLOT,
     SMALL,
     Policy,
+    gather_eager,
 )
 from ringworld.algorithms.shm_race import RACE_COST, RACE_LAST, RACE_TRY, _Race
 from ringworld.comm.ops import Op
@@ -641,7 +642,7 @@ def gather(a: Arena, send: Array, recv: Array, op: Op | None = None, root: int =
     p, r = a.chan.size, a.chan.rank
     dt = send.dtype
     n = send.size
-    if a.crowded and send.nbytes <= EAGER_MAX:
+    if gather_eager(send.nbytes, p, a.crowded):
         if r == root:
             recv[r * n : (r + 1) * n] = send  # (its own place when in place: harmless)
         a.eager_gather(send, root, recv)

@@ -28,7 +28,7 @@ import numpy as np
 
 from ringworld.algorithms.shm_collectives import _combine_in_rank_order
 from ringworld.algorithms.shm_eager_reduce import REDUCE_WORDS, Fold
-from ringworld.algorithms.shm_policy import EAGER_MAX
+from ringworld.algorithms.shm_policy import EAGER_MAX, gather_eager
 from ringworld.algorithms.shm_vector import (
     alltoallv_take,
     eager_gatherv_runner,
@@ -75,9 +75,11 @@ def quick(a: Arena, coll: str, send: Array, recv: Array, op: Op | None,
         if a.crowded:  # (the eager rings, as reduce: a gather's put, the root's Fold)
             return a.gather_runner(root, send) if r != root else _reduce_root(a, op, send, root)
         return _allreduce(a, op, _by_epoch(a, send.dtype, send.size), root=root)
-    if coll == "gather":  # (as gather: the eager rings where ranks share cores, else slots)
+    if coll == "gather":  # (as gather: the eager rings where gather_eager says, else slots)
+        if gather_eager(send.nbytes, p, a.crowded):
+            return a.gather_runner(root, send)
         if a.crowded:
-            return a.gather_runner(root, send) if send.nbytes <= EAGER_MAX else None
+            return None
         if send.nbytes > a.small:
             return None
         views = _by_epoch(a, send.dtype, send.size)
