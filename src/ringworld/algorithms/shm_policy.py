@@ -99,7 +99,7 @@ class Policy:
         """Bytes up to which a call of ``collective`` on ``p`` ranks takes the one-sync slots:
         of the vector for allreduce, reduce, scan and exscan (while p of them are at most
         COMBINE_ALL, and up to SMALL whatever p), of one block for allgather and gather (or
-        the eager rings where ranks share cores), of the send buffer for alltoall and
+        the eager rings: see :func:`gather_eager`), of the send buffer for alltoall and
         reduce_scatter_block; a bcast takes the eager rings, no sync, up to EAGER_MAX, and so
         does a scatter whose root's send buffer (p blocks) fits that."""
         if collective in ("bcast", "scatter"):
