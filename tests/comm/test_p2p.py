@@ -336,6 +336,54 @@ def test_errors(size: int, transport: str) -> None:
     run_ranks(size, _errors, transport=transport, timeout=60)
 
 
+# ---------------------------------------------------------------- wait_all
+WAIT = 30.0
+
+
+def _wait_all(comm: Communicator) -> None:
+    right = (comm.rank + 1) % comm.size
+    left = (comm.rank - 1) % comm.size
+    assert ringworld.wait_all([]) == []
+    # results in order, whichever are pending: none, one (the receive), several
+    for waits in range(3):
+        got = [np.full(3, -1, np.int64) for _ in range(2)]
+        recvs = [comm.irecv(got[i], left, tag=40 + i) for i in range(2)]
+        if waits == 0:
+            comm.barrier()  # (the sends below are buffered: the receives complete first)
+        sends = [comm.isend(data(comm.rank, 3, salt=i), right, tag=40 + i) for i in range(2)]
+        if waits == 0:
+            ringworld.wait_all(sends, WAIT)
+            comm.barrier()
+        done = ringworld.wait_all(recvs[:waits] + sends + recvs[waits:], WAIT)
+        assert [st.tag for st in done[:waits] + done[waits + 2:]] == [40, 41]
+        assert done[waits:waits + 2] == [None, None]
+        for i in range(2):
+            np.testing.assert_array_equal(got[i], data(left, 3, salt=i))
+    # a timeout names the receives still pending, one or several
+    buf = np.empty(1, np.int64)
+    with pytest.raises(ringworld.Timeout, match=r"receive from rank .* tag 51"):
+        ringworld.wait_all([comm.irecv(buf, left, tag=51)], timeout=0.2)
+    with pytest.raises(ringworld.Timeout, match=r"tag 52; receive from rank .* tag 53"):
+        ringworld.wait_all([comm.irecv(buf, left, tag=52), comm.irecv(buf, left, tag=53)],
+                           timeout=0.2)
+    comm.barrier()
+    # a failed request raises its error once the others are complete
+    comm.send(np.arange(4, dtype=np.int64), right, tag=54)
+    comm.send(np.arange(2, dtype=np.int64), right, tag=55)
+    later = np.empty(2, np.int64)
+    reqs = [comm.irecv(np.empty(1, np.int64), left, tag=54), comm.irecv(later, left, tag=55)]
+    with pytest.raises(ringworld.TruncationError):
+        ringworld.wait_all(reqs, WAIT)
+    assert reqs[1].done
+    np.testing.assert_array_equal(later, np.arange(2))
+    comm.barrier()
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_wait_all(size: int) -> None:
+    run_ranks(size, _wait_all, timeout=60)
+
+
 # ---------------------------------------------------------------- self messages, zero size
 def _self_and_empty(comm: Communicator) -> None:
     comm.send(np.arange(5), comm.rank, tag=1)

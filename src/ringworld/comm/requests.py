@@ -379,18 +379,30 @@ def wait_all(requests: Sequence[Request[Any]], timeout: float | None = None) -> 
     """
     if timeout is not None:
         check_timeout(timeout)
-    if not requests:
-        return []
-    engine = requests[0]._engine
+    last = None  # (the common wait: one pending, an exchange's receive, its send gone eagerly)
+    for r in requests:  # (loops, not comprehensions: each of those is a call in 3.11)
+        if not r.done:
+            if last is not None:
+                _wait_pending(requests, timeout)
+                last = None
+                break
+            last = r
+    if last is not None:
+        one = last  # (bound outside the loop, for the condition's closure)
+        one._engine.wait_for(lambda: one.done, timeout, one.describe, one.depends)
+    results = []
+    for r in requests:
+        results.append(r._value())  # (raises the first failed request's error)
+    return results
+
+
+def _wait_pending(requests: Sequence[Request[Any]], timeout: float | None) -> None:
+    """Wait until every request of several still pending is complete (see wait_all)."""
     pending = [r for r in requests if not r.done]
-    if len(pending) == 1:  # (the common wait: an exchange's receive, its send gone eagerly)
-        last = pending[0]
-        engine.wait_for(lambda: last.done, timeout, last.describe, last.depends)
-    elif pending:
-        engine.wait_for(lambda: all(r.done for r in pending), timeout,
-                        lambda: "; ".join(r.describe() for r in pending if not r.done),
-                        lambda dead: _first_dependency(pending, dead))
-    return [r._value() for r in requests]
+    pending[0]._engine.wait_for(
+        lambda: all(r.done for r in pending), timeout,
+        lambda: "; ".join(r.describe() for r in pending if not r.done),
+        lambda dead: _first_dependency(pending, dead))
 
 
 def wait_any(requests: Sequence[Request[Any]], timeout: float | None = None) -> tuple[int, Any]:

@@ -230,7 +230,10 @@ class Request:
             cls.waitall(requests, statuses)
             return True
         # the common call: nothing to hand out, so no completion records are made
-        natives = [r._native for r in requests if r._native is not None]
+        natives = []  # (a loop, not a comprehension: that is a call of its own in 3.11)
+        for r in requests:
+            if r._native is not None:
+                natives.append(r._native)
         if natives:  # (one wait for all: a dead peer any of them needs fails it at once)
             ringworld.wait_all(natives)  # (raises before any request is released, as waitall)
         for r in requests:
