@@ -141,8 +141,9 @@ def test_shared_memory_model_follows_the_algorithms_sizes() -> None:
         m = model(coll, "shm")
         assert m is not None
         # calls that fit the slots take them (one sync) whatever the policy: the direct path
-        # starts past them (the slots hold the send buffer's 2 blocks of n where it has them)
-        per_n = 2 if coll in ("alltoall", "reduce_scatter_block") else 1
+        # starts past them (the slots hold the send buffer's 2 blocks of n where it has them;
+        # scatter's eager ring, the root's)
+        per_n = 2 if coll in ("alltoall", "reduce_scatter_block", "scatter") else 1
         slots = int(policy.small(coll, 2)) // per_n
         if n <= slots:
             assert m(2, n, 0).read == 0 and m(2, n, 0).syncs == 1, coll
@@ -169,6 +170,8 @@ def test_shared_memory_model_follows_the_algorithms_sizes() -> None:
     for coll, direct in SHM_DIRECT.items():
         size = int(min(SHM_DIRECT_CROWDED.get(coll, direct), 1 << 30))
         n = size // 4 if coll == "alltoall" else size  # alltoall: the send buffer of 4 ranks
+        per_n = 4 if coll in ("alltoall", "reduce_scatter_block", "scatter") else 1
+        n = max(n, int(policy.small(coll, 4)) // per_n + 64)  # (past the slots, as above)
         m = model(coll, "shm", crowded=True)
         assert m is not None
         below, at = m(4, n - 64, 0), m(4, n, 0)

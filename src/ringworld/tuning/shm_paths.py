@@ -23,10 +23,17 @@ blocks leave the cache. Measured on the reference VM (2 cores), same-job A/Bs:
   copies gain nothing when the ranks take turns on one core.
 * allreduce: from 8 MiB each rank reads its slice of the others' inputs and then the others'
   results straight from their buffers.
-* gather and scatter (bytes per block): from 512 KiB, on shared cores from 2 MiB, as allgather
-  (not measured apart); the others write their block into the root's recvbuf or read theirs
-  from its sendbuf (np=2, 4 MiB blocks: 155-258 us against the linear schedule's 337-512;
-  16-64 MiB blocks a tie with it; the windows' chunks were not timed apart).
+* gather and scatter (bytes per block): direct wherever the eager rings and the slots stop,
+  for ranks with cores of their own and ranks that share them: the others write their block
+  into the root's recvbuf or read theirs from its sendbuf, where the windows' path copies every
+  block twice, one chunk and two syncs at a time. Same job, windows against direct, medians of
+  7 alternating rounds: np=2 scatter 136 KiB blocks 38.5 us against 16.1 (2.39x), 256 KiB 2.30x,
+  384 KiB 2.74x; gather 272 KiB 1.76x, 384 KiB 1.99x; np=4 on 2 cores scatter 128 KiB 1.41x,
+  256 KiB 1.80x, 1 MiB 2.28x; gather 512 KiB 1.92x, 1 MiB 2.01x; np=8 on 2 cores scatter 40
+  KiB 1.14x, 64 KiB 1.36x. (Before, from 512 KiB and on shared cores from 2 MiB, as allgather:
+  not measured apart. Scatter's blocks under 32 KiB, which only leave the ring beyond 8
+  ranks, stay in the windows: not measured.) Large blocks (np=2, 4 MiB) 155-258 us against the
+  linear schedule's 337-512; 16-64 MiB blocks a tie with it.
 
 Races: where both paths may win, rank 0 times them as they run and every rank takes the faster
 (see ``Arena.race``): on the reference VM the window copies between cores ran at one speed in
@@ -47,14 +54,14 @@ import math
 from ringworld.algorithms.shm_policy import Policy
 
 _DIRECT = {"allreduce": 8 << 20, "bcast": 1 << 20, "allgather": 512 << 10,
-           "alltoall": 1 << 20, "reduce_scatter_block": 512 << 10, "gather": 512 << 10,
-           "scatter": 512 << 10}
+           "alltoall": 1 << 20, "reduce_scatter_block": 512 << 10, "gather": 0,
+           "scatter": 32 << 10}
 
 #: the measured policy (see the module docstring)
 DEFAULT = Policy(
     direct=_DIRECT,
     direct_crowded={"alltoall": 4 << 20, "allgather": 2 << 20,
-                    "reduce_scatter_block": math.inf, "gather": 2 << 20, "scatter": 2 << 20},
+                    "reduce_scatter_block": math.inf},
     race_min={c: _DIRECT[c] // 2 for c in ("alltoall", "allgather", "reduce_scatter_block")},
     race_max=8 << 20,
 )
