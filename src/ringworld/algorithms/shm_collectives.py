@@ -79,6 +79,7 @@ from ringworld.algorithms.shm_policy import (
     EAGER_MAX,
     EAGER_RING,
     EAGER_SMALL,
+    OWN_APART,
     RACED,
     SLOT,
     SMALL,
@@ -602,9 +603,19 @@ def alltoall(a: Arena, send: Array, recv: Array, op: Op | None = None, root: int
     n = recv.size // p
     if send.nbytes <= a.small:  # one sync through the slots
         slot = a.slots(a.next_parity(), dt, p * n)
-        slot[r][...] = send
-        a.sync()
-        for i in range(p):
+        if n * dt.itemsize < OWN_APART:
+            slot[r][...] = send
+            a.sync()
+            for i in range(p):
+                recv[i * n : (i + 1) * n] = slot[i][r * n : (r + 1) * n]
+            return
+        others = [i for i in range(p) if i != r]  # (see OWN_APART)
+        for i in others:
+            slot[r][i * n : (i + 1) * n] = send[i * n : (i + 1) * n]
+        a.arrive()
+        recv[r * n : (r + 1) * n] = send[r * n : (r + 1) * n]  # (in place: onto themselves)
+        a.await_all()
+        for i in others:
             recv[i * n : (i + 1) * n] = slot[i][r * n : (r + 1) * n]
         return
     if a.direct and a.race(RACE_ALLTOALL, send.nbytes,

@@ -28,7 +28,7 @@ import numpy as np
 
 from ringworld.algorithms.shm_collectives import _combine_in_rank_order
 from ringworld.algorithms.shm_eager_reduce import REDUCE_WORDS, Fold
-from ringworld.algorithms.shm_policy import EAGER_MAX, gather_eager
+from ringworld.algorithms.shm_policy import EAGER_MAX, OWN_APART, gather_eager
 from ringworld.algorithms.shm_vector import (
     alltoallv_take,
     eager_gatherv_runner,
@@ -90,10 +90,38 @@ def quick(a: Arena, coll: str, send: Array, recv: Array, op: Op | None,
     if coll == "allgather":
         return _gather(a, views)
     n = send.size // p  # alltoall and reduce_scatter_block: this rank's block of every slot
+    if coll == "alltoall" and n * dt.itemsize >= OWN_APART:
+        return _alltoall(a, views, n)
     own = tuple(tuple(s[r * n : (r + 1) * n] for s in v) for v in views)
     if coll == "alltoall":
         return _gather(a, views, own)
     return None if op is None else _allreduce(a, op, views, own)
+
+
+def _alltoall(a: Arena, views: tuple[list[Array], list[Array]], n: int) -> Runner:
+    """An alltoall of ``n``-element blocks through the slots (of at least OWN_APART bytes), as
+    its slot path: the blocks for the others into this rank's slot, arrive, its own block
+    straight from ``send`` to ``recv`` while the others copy theirs in, wait, then its block
+    of every other rank's slot out."""
+    r, p = a.chan.rank, a.chan.size
+    others = [i for i in range(p) if i != r]
+    into = tuple([(v[r][i * n : (i + 1) * n], i * n, (i + 1) * n) for i in others]
+                 for v in views)
+    out = tuple([(v[i][r * n : (r + 1) * n], i * n, (i + 1) * n) for i in others]
+                for v in views)
+    lo, hi = r * n, (r + 1) * n
+
+    def run(_: Arena, send: Array, recv: Array, _op: Op | None, _root: int) -> None:
+        e = a.epoch & 1
+        for dst, b0, b1 in into[e]:
+            dst[...] = send[b0:b1]
+        a.sync(wait=False)
+        recv[lo:hi] = send[lo:hi]  # (in place: the same bytes onto themselves)
+        a.sync(arrive=False)
+        for src, b0, b1 in out[e]:
+            recv[b0:b1] = src
+
+    return run
 
 
 def _by_epoch(a: Arena, dt: np.dtype[Any], count: int) -> tuple[list[Array], list[Array]]:
