@@ -404,3 +404,13 @@ def test_two_rank_direct_calls_share_their_combining(slow: int, run: Any, most: 
     assert all(r["direct"] for r in results)
     done = [r["taken"] for r in results]
     assert done[1 - slow] > done[slow] * most, done
+
+
+def test_address_is_the_first_byte_of_any_array() -> None:
+    from ringworld.algorithms.shm_direct import address
+
+    base = np.arange(64, dtype=np.float64)
+    frozen = base[3:9]
+    frozen.flags.writeable = False
+    for a in (base, base[5:], base[5:5], base[::2], frozen, np.zeros((0, 3))):
+        assert address(a) == a.__array_interface__["data"][0]

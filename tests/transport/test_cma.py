@@ -3,6 +3,7 @@ size around the staging threshold, and skewed copies made page-aligned for the k
 
 from __future__ import annotations
 
+import errno
 import os
 from typing import Any
 
@@ -83,3 +84,13 @@ def test_a_skewed_copy_reaches_the_kernel_half_a_page_off_in_large_pieces(
     cma.read(os.getpid(), src.ctypes.data, _at(nbytes, 0).ctypes.data, nbytes)
     cma.read(os.getpid(), src.ctypes.data, _at(4096, 16).ctypes.data, 4096)
     assert [n for _, _, n in calls] == [nbytes, 4096]
+
+
+def test_a_failed_copy_raises_with_its_errno() -> None:
+    dst = _at(64, 0)
+    with pytest.raises(OSError) as info:
+        cma.read(os.getpid(), 8, dst.ctypes.data, 16)  # nothing is mapped there
+    assert info.value.errno == errno.EFAULT and "process_vm_readv" in str(info.value)
+    with pytest.raises(OSError) as info:  # (a numpy integer pid is passed as a C int too)
+        cma.write(np.int64(os.getpid()), 8, dst.ctypes.data, 16)
+    assert info.value.errno == errno.EFAULT

@@ -111,3 +111,25 @@ def test_a_blocking_receive_takes_a_large_message_straight_from_the_sender(
     assert b.single_copy_reads == 1
     pump([a, b], [Sink(), Sink()], lambda: h.done)  # the sender completes on the FIN
     assert not a._pending_rts
+
+
+def test_a_peer_copier_moves_bytes_both_ways_and_names_its_failures(
+        pair: list[ShmTransport]) -> None:
+    import numpy as np
+
+    from ringworld.errors import TransportError
+
+    src = (np.arange(5000) * 7 % 251).astype(np.uint8)
+    dst = np.zeros(5000, np.uint8)
+    read, write = pair[0].peer_copier(1, False), pair[0].peer_copier(1, True)
+    read(src.ctypes.data, dst.ctypes.data, src.nbytes)  # (the pair shares this process)
+    assert np.array_equal(dst, src)
+    dst[:] = 0
+    write(dst.ctypes.data, src.ctypes.data, src.nbytes)
+    assert np.array_equal(dst, src)
+    with pytest.raises(TransportError, match="reading rank 1's memory failed"):
+        read(8, dst.ctypes.data, 16)  # an unmapped address of the peer
+    with pytest.raises(TransportError, match="writing rank 1's memory failed"):
+        write(8, src.ctypes.data, 16)
+    with pytest.raises(TransportError, match="not a peer"):
+        pair[0].peer_copier(5, False)

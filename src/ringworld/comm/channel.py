@@ -205,6 +205,16 @@ class Channel:
         self._peer_transport("write").write_peer(self._ranks[rank], remote_addr, local_addr,
                                                   nbytes)
 
+    def peer_copier(self, rank: int, write: bool) -> Callable[[int, int, int], None]:
+        """:meth:`write_peer` (``write``) or :meth:`read_peer` with ``rank``, as a function of
+        (remote_addr, local_addr, nbytes) made once: a caller that copies often keeps it.
+
+        Raises:
+            TransportError: not possible between these ranks (the copies raise it too).
+        """
+        return self._peer_transport("write" if write else "read").peer_copier(
+            self._ranks[rank], write)
+
     def _peer_transport(self, verb: str) -> Transport:
         """The transport that maps this communicator's windows; TransportError if none."""
         t = self._window_transport()

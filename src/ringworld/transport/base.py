@@ -198,6 +198,17 @@ class Transport(ABC):
         """
         raise TransportError(f"{type(self).__name__} cannot read peer memory")
 
+    def peer_copier(self, rank: int, write: bool) -> Callable[[int, int, int], None]:
+        """:meth:`write_peer` (``write``) or :meth:`read_peer` with peer ``rank``, as a
+        function of (remote_addr, local_addr, nbytes): what it looks up once per call is
+        looked up here, once (a transport may override it with a shorter path)."""
+        copy = self.write_peer if write else self.read_peer
+
+        def copier(remote_addr: int, local_addr: int, nbytes: int) -> None:
+            copy(rank, remote_addr, local_addr, nbytes)
+
+        return copier
+
     def write_peer(self, rank: int, remote_addr: int, local_addr: int, nbytes: int) -> None:
         """Copy ``nbytes`` at ``local_addr`` here to ``remote_addr`` in peer ``rank``'s memory
         (possible where :meth:`read_peer` is).

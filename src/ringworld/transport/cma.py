@@ -43,14 +43,18 @@ _stage: ctypes.Array[ctypes.c_char] | None = None
 _stage_lock = threading.Lock()
 
 
+#: the calls' iovec counts and flags, typed once: the functions are called without argtypes
+#: (whose conversions took 0.75 us of a 2.3 us 64-byte read), so every argument is passed
+#: as its C type (the pid as an int, the iovecs by reference)
+_ONE, _NO_FLAGS = ctypes.c_ulong(1), ctypes.c_ulong(0)
+
+
 def _load(name: str) -> Any:
     fn = _calls.get(name)
     if fn is None:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
         fn = getattr(libc, name)
         fn.restype = ctypes.c_ssize_t
-        fn.argtypes = [ctypes.c_int, ctypes.POINTER(_IoVec), ctypes.c_ulong,
-                       ctypes.POINTER(_IoVec), ctypes.c_ulong, ctypes.c_ulong]
         _calls[name] = fn
     return fn
 
@@ -107,15 +111,13 @@ def _staged(name: str, pid: int, remote_addr: int, local_addr: int, nbytes: int)
 
 
 def _copy(name: str, pid: int, remote_addr: int, local_addr: int, nbytes: int) -> None:
-    fn = _load(name)
-    local = _IoVec(local_addr, nbytes)
-    remote = _IoVec(remote_addr, nbytes)
+    fn = _calls.get(name) or _load(name)
+    byref = ctypes.byref
     done = 0
     while done < nbytes:
-        if done:
-            local = _IoVec(local_addr + done, nbytes - done)
-            remote = _IoVec(remote_addr + done, nbytes - done)
-        n = fn(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+        local = _IoVec(local_addr + done, nbytes - done)
+        remote = _IoVec(remote_addr + done, nbytes - done)
+        n = fn(int(pid), byref(local), _ONE, byref(remote), _ONE, _NO_FLAGS)
         if n <= 0:
             err = ctypes.get_errno() if n < 0 else 0
             raise OSError(err, f"{name} with pid {pid}: "

@@ -323,6 +323,23 @@ class ShmTransport(Transport):
     def write_peer(self, rank: int, remote_addr: int, local_addr: int, nbytes: int) -> None:
         self._peer_copy(rank, remote_addr, local_addr, nbytes, write=True)
 
+    def peer_copier(self, rank: int, write: bool) -> Callable[[int, int, int], None]:
+        p = self._peers[rank] if 0 <= rank < self.size else None
+        if p is None:
+            raise TransportError(f"rank {rank} is not a peer of this transport")
+        from ringworld.transport import cma
+
+        copy, pid = (cma.write if write else cma.read), p.pid
+        verb = "writing" if write else "reading"
+
+        def copier(remote_addr: int, local_addr: int, nbytes: int) -> None:
+            try:
+                copy(pid, remote_addr, local_addr, nbytes)
+            except OSError as exc:
+                raise TransportError(f"{verb} rank {rank}'s memory failed: {exc}") from exc
+
+        return copier
+
     def _peer_copy(self, rank: int, remote_addr: int, local_addr: int, nbytes: int,
                    write: bool) -> None:
         p = self._peers[rank] if 0 <= rank < self.size else None
