@@ -14,8 +14,10 @@ and small enough that float sums are exact in any order (products use +-1, +-2, 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +32,12 @@ from ringworld.tuning.cost import SHM_MODELS
 from ringworld.tuning.shm_paths import DEFAULT
 
 Array = np.ndarray[Any, Any]
+
+#: the default policy but broadcasts never direct: up to EAGER_MAX bytes they take the root's
+#: eager ring whatever the machine (where ranks have cores of their own, the default takes
+#: the direct path from below EAGER_MAX). Set as ``comm.selector.shm_policy`` before the
+#: communicator's first call in the windows.
+RING_POLICY = dataclasses.replace(DEFAULT, direct={**DEFAULT.direct, "bcast": math.inf})
 
 #: Timeout of every wait inside a rank: a hang shows as a Timeout naming the collective.
 WAIT = 60.0

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from coll_support import RING_POLICY
 
 import ringworld
 from ringworld import runtime
@@ -70,6 +71,7 @@ def _ahead_job(comm: ringworld.Communicator, late: float, n: int) -> tuple[float
     """Rank 1 starts ``late`` seconds after rank 0; rank 0 times the broadcasts of ``n``
     doubles the ring holds (EAGER_RING small ones, EAGER_BIG large ones: no reader needed)
     and the next one (which needs the first read)."""
+    comm.selector.shm_policy = RING_POLICY  # (the ring whatever the machine)
     buf = np.arange(float(n))
     depth = shm.EAGER_RING if buf.nbytes <= shm.EAGER_SMALL else shm.EAGER_BIG
     comm.bcast(buf.copy(), root=0)  # maps the windows; both ranks are here

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from coll_support import AFFINE, AFFINE_OP, P_AFF, affine
+from coll_support import AFFINE, AFFINE_OP, P_AFF, RING_POLICY, affine
 
 import ringworld
 from ringworld import Op
@@ -462,7 +462,7 @@ def test_small_repeats_use_a_quick_runner(size: int) -> None:
 # ------------------------------------------------------------------------------------ bcast
 def _bcast_counts(dt: np.dtype[Any]) -> tuple[int, ...]:
     """A broadcast's counts: COUNTS, EAGER_SMALL bytes (the largest small entry) and one
-    element more (a large entry), EAGER_MAX bytes (the largest with a bcast runner) and one
+    element more (a large entry), EAGER_MAX bytes (the ring's largest, where it takes them) and one
     element more (the plain path)."""
     small, most = EAGER_SMALL // dt.itemsize, EAGER_MAX // dt.itemsize
     return (*COUNTS, small, small + 1, most, most + 1)
@@ -470,8 +470,9 @@ def _bcast_counts(dt: np.dtype[Any]) -> tuple[int, ...]:
 
 def _bcast_kept(comm: ringworld.Communicator, dt: np.dtype[Any], n: int, what: str) -> list[str]:
     """After repeats of a bcast of ``n`` of ``dt`` on more than one rank: it ran in the shared
-    windows, and the kept runner is a bcast runner up to EAGER_MAX bytes, else
-    ``shm_collectives.RUN``'s entry."""
+    windows, and the kept runner is a bcast runner where the call takes the root's eager ring
+    (up to EAGER_MAX bytes, less where the direct path starts below that: see
+    ``shm_collectives.bcast_eager``), else ``shm_collectives.RUN``'s entry."""
     if comm.size == 1 or n == 0:
         return []
     if comm.last_algorithm != "shm":
@@ -480,10 +481,13 @@ def _bcast_kept(comm: ringworld.Communicator, dt: np.dtype[Any], n: int, what: s
     if not isinstance(last, tuple) or not callable(last[5]):
         return [f"{what}: no call kept ({last!r})"]
     plain = last[5] is shm_collectives.RUN["bcast"]
-    if n * dt.itemsize <= EAGER_MAX and plain:
+    ring = shm_collectives.bcast_eager(comm._arena, n * dt.itemsize)
+    if n * dt.itemsize > EAGER_MAX and ring:
+        return [f"{what}: over EAGER_MAX bytes, yet said to take the ring"]
+    if ring and plain:
         return [f"{what}: repeats run shm_collectives.RUN's entry, not a bcast runner"]
-    if n * dt.itemsize > EAGER_MAX and not plain:
-        return [f"{what}: over EAGER_MAX bytes, kept {last[5]}, not shm_collectives.RUN's"]
+    if not ring and not plain:
+        return [f"{what}: past the ring's limit, kept {last[5]}, not shm_collectives.RUN's"]
     return []
 
 
@@ -514,6 +518,7 @@ def _bcast_ring(comm: ringworld.Communicator) -> list[str]:
     wraps many times), on new arrays at times, with allreduces, barriers and a broadcast of
     one element over EAGER_SMALL (a large entry) between them, in an order the same on every
     rank."""
+    comm.selector.shm_policy = RING_POLICY  # (up to EAGER_MAX in the ring on any machine)
     p, r = comm.size, comm.rank
     c = Checker(comm)
     i64, f32 = np.dtype(np.int64), np.dtype(np.float32)

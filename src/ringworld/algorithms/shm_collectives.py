@@ -312,7 +312,7 @@ def bcast(a: Arena, send: Array, buf: Array, op: Op | None, root: int) -> None:
     """Broadcast ``buf`` (``send`` is the same array): small ones through the root's eager
     ring (no sync), large ones by direct copies or streamed through the root's window."""
     r = a.chan.rank
-    if buf.nbytes <= EAGER_MAX:
+    if bcast_eager(a, buf.nbytes):
         a.eager_bcast(buf if buf.ndim == 1 else buf.reshape(-1), root)
         return
     if a.direct and buf.nbytes >= a.direct_min["bcast"]:
@@ -336,6 +336,13 @@ def bcast(a: Arena, send: Array, buf: Array, op: Op | None, root: int) -> None:
         return
     raw = buf.reshape(-1).view(np.uint8)
     _stream(a, raw if r == root else None, [root], lambda j: raw)
+
+
+def bcast_eager(a: Arena, nbytes: int) -> bool:
+    """Whether a broadcast of ``nbytes`` takes the root's eager ring: up to EAGER_MAX, unless
+    the direct path starts below that (ranks with cores of their own: see
+    ``tuning.shm_paths``), which then takes it first."""
+    return nbytes <= EAGER_MAX and not (a.direct and nbytes >= a.direct_min["bcast"])
 
 
 def _claims(a: Arena, n: int, front: bool, word: int = 0, theirs: int = 0) -> Iterator[int]:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ringworld.algorithms.shm_collectives import _combine_in_rank_order
+from ringworld.algorithms.shm_collectives import _combine_in_rank_order, bcast_eager
 from ringworld.algorithms.shm_eager_reduce import REDUCE_WORDS, Fold
 from ringworld.algorithms.shm_policy import EAGER_MAX, OWN_APART, gather_eager
 from ringworld.algorithms.shm_vector import (
@@ -61,7 +61,7 @@ def quick(a: Arena, coll: str, send: Array, recv: Array, op: Op | None,
     p, r = a.chan.size, a.chan.rank
     dt = recv.dtype
     if coll == "bcast":
-        return a.bcast_runner(root, recv) if recv.nbytes <= EAGER_MAX else None
+        return a.bcast_runner(root, recv) if bcast_eager(a, recv.nbytes) else None
     if coll == "scatter":  # (one entry of the root's ring holds every block: see scatter)
         n = recv.size
         if recv.nbytes * p > EAGER_MAX:

@@ -242,10 +242,11 @@ def _direct(collective: str, windows: Model, crowded: bool = False) -> Model:
 
     blocks = collective in ("alltoall", "reduce_scatter_block", "scatter")  # slots: p blocks
     slots = _slots(collective)
+    first = collective == "bcast"  # its direct path goes before its eager ring's
 
     def m(p: int, n: float, seg: int) -> Work:
         size = n * p if collective == "alltoall" else n
-        if size < min(limit, race) or (n * p if blocks else n) <= slots(p):
+        if size < min(limit, race) or (not first and (n * p if blocks else n) <= slots(p)):
             return windows(p, n, seg)  # (which knows the slots)
         f = (p - 1) / p
         # the inputs read for combining are written to a cached scratch area (and combined

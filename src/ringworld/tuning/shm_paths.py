@@ -11,9 +11,15 @@ blocks leave the cache. Measured on the reference VM (2 cores), same-job A/Bs:
   share cores copy at one core's speed either way (np=4 on 2 cores, 1 MiB 0.49-0.75 ms
   against 0.61-0.72, 4 MiB 3.0-3.5 ms against 2.2-2.5): from 4 MiB there.
 * bcast: the root writes 1/p of the data into each other rank while they read the rest, so
-  both sides copy at once; that beat the streamed broadcast from 1 MiB up, np=2 and np=4
-  (np=2: 1 MiB 0.11 ms against 0.12, 16 MiB 2.1-2.6 ms against 2.8-3.9, 64 MiB 9.1-10.3
-  against 11-14).
+  both sides copy at once (on two ranks they share the pieces out as they go). Where ranks have
+  cores of their own, from 192 KiB, ahead of the root's eager ring below EAGER_MAX and of the
+  streamed broadcast above it. Same job, medians of 9, np=2: ring against direct 128 KiB 9.5
+  us against 10.4, 160 KiB 11.6 against 11.4, 192 KiB 16.1 against 11.8, 256 KiB 18.3
+  against 12.9 (beside a busy process: 192 KiB 36 against 25); the stream against direct
+  320 KiB 43 us against 15, 512 KiB 51 against 18, 768 KiB 72 against 24 (before this, direct
+  from 1 MiB: 1 MiB 0.11 ms against 0.12, 16 MiB 2.1-2.6 ms against 2.8-3.9). Ranks that share
+  cores: from 1 MiB (np=4 on 2 cores, the stream against direct: 320 KiB 1.09x, 512 KiB 0.99x,
+  768 KiB 1.12x).
 * allgather (bytes per block): as alltoall (np=2, 1 MiB: windows 283-310 us in four jobs of
   five and 107 in the fifth, direct 148-185), from 512 KiB; on shared cores from 2 MiB (np=4
   on 2 cores, 2 MiB: windows 0.70-0.97 ms against 0.89-1.23, 4 MiB 2.0-2.4 against 2.0-2.1).
@@ -53,14 +59,14 @@ import math
 
 from ringworld.algorithms.shm_policy import Policy
 
-_DIRECT = {"allreduce": 8 << 20, "bcast": 1 << 20, "allgather": 512 << 10,
+_DIRECT = {"allreduce": 8 << 20, "bcast": 192 << 10, "allgather": 512 << 10,
            "alltoall": 1 << 20, "reduce_scatter_block": 512 << 10, "gather": 0,
            "scatter": 32 << 10}
 
 #: the measured policy (see the module docstring)
 DEFAULT = Policy(
     direct=_DIRECT,
-    direct_crowded={"alltoall": 4 << 20, "allgather": 2 << 20,
+    direct_crowded={"alltoall": 4 << 20, "allgather": 2 << 20, "bcast": 1 << 20,
                     "reduce_scatter_block": math.inf},
     race_min={c: _DIRECT[c] // 2 for c in ("alltoall", "allgather", "reduce_scatter_block")},
     race_max=8 << 20,
