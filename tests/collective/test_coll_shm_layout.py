@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ringworld.algorithms import shm_arena as arena
 from ringworld.algorithms import shm_collectives as coll
+from ringworld.algorithms import shm_failure as failure
 from ringworld.algorithms import shm_race as race
 
 
@@ -25,7 +26,7 @@ def test_header_words_do_not_overlap() -> None:
         "published buffers, verdict, mailbox": (24, 4),
         "stream": (28, 4),
         "eager stamps": (arena.EAGER_STAMP, arena.EAGER_RING),
-        "failure text": (arena.FAILED_TEXT, arena.FAILED_TEXT_BYTES // 8),
+        "failure text": (failure.FAILED_TEXT, failure.FAILED_TEXT_BYTES // 8),
         "consumed": (coll.CONSUMED, arena.MAX_RANKS),
     }
     seen: dict[int, str] = {}

@@ -22,7 +22,12 @@ import numpy as np
 from ringworld.algorithms.shm_direct import address as _addr
 from ringworld.algorithms.shm_direct import probe_direct
 from ringworld.algorithms.shm_eager_runners import _BCAST, _GATHER, EagerRunners
-from ringworld.algorithms.shm_failure import peer_left
+from ringworld.algorithms.shm_failure import (
+    call_texts,
+    peer_left,
+    read_text,
+    write_text,
+)
 from ringworld.algorithms.shm_policy import (
     CHUNK,
     DIRECT,
@@ -59,10 +64,8 @@ SEQ_WORD = 2  # header words 2, 3: by sync parity, the number of the call that m
 FAILED = 4  # header word: 1 + the number of the call it left (0: none)
 # header word: how (1: a mismatch, 2: another error, 3: a peer failed) | (1 + first rank) << 8
 FAILED_FROM = 5
-FAILED_TEXT = 64  # header words 64 ..: the first failure's text (utf-8, FAILED_TEXT_BYTES)
 REFUSED = 1 << 62  # in a sync's call-number word: this rank, the root, refuses the call
 REFUSED_KIND = 7  # header word: 1 ValueError, 2 TypeError (the refusal's text at FAILED_TEXT)
-FAILED_TEXT_BYTES = 192
 SEQ_MASK = 0x7FFFFFFF
 INLINE_SPIN = 256  # a few microseconds of counter checks (see Arena.sync)
 INLINE_YIELDS = 8  # where ranks share cores: yields of the core to them (see Arena.sync)
@@ -349,7 +352,7 @@ class Arena(RaceCalls, EagerRunners):
                 self._check_failed()
             if c[sq] == seq | REFUSED and i != self.chan.rank:
                 refused = TypeError if c[REFUSED_KIND] == 2 else ValueError
-                bad = refused(self._read_text(i))
+                bad = refused(read_text(self._ctr[i]))
                 setattr(bad, "in_step", True)  # noqa: B010 (see abandon)
                 raise bad
         if sig is not None:
@@ -369,12 +372,19 @@ class Arena(RaceCalls, EagerRunners):
                             f"{self._bseq}); per rank, a hash of them: "
                             + ", ".join(f"rank {i}: {k >> 32:08x}"
                                         for i, (_, k) in enumerate(seen)))
-                    exc = MismatchError(
-                        f"{self.what}: ranks called it differently (this rank: {sig[2]}, "
-                        f"{sig[0]} bytes); per rank (bytes, call signature): "
-                        + ", ".join(f"rank {i}: ({b}, {k & 0xFFFFFFFF:08x})"
-                                    for i, (b, k) in enumerate(seen)))
-                    if all(c[sq] & ~REFUSED == seq for c in self._ctr):
+                    in_step = all(c[sq] & ~REFUSED == seq for c in self._ctr)
+                    texts = (call_texts(self._ctr, self.chan.rank, e, sig[2], self._wake)
+                             if in_step else {})
+                    if len(texts) == len(seen):
+                        per = "per rank: " + "; ".join(
+                            f"rank {i}: {texts[i]}, {b} bytes" for i, (b, _) in enumerate(seen))
+                    else:  # (a rank not in step here: its call's checksum, not its text)
+                        per = "per rank (bytes, call signature): " + ", ".join(
+                            f"rank {i}: ({b}, {k & 0xFFFFFFFF:08x})"
+                            for i, (b, k) in enumerate(seen))
+                    exc = MismatchError(f"{self.what}: ranks called it differently (this rank: "
+                                        f"{sig[2]}, {sig[0]} bytes); {per}")
+                    if in_step:
                         # every rank reads the same words here, so every rank raises at this
                         # same sync, in the same call: the windows stay in step and usable
                         setattr(exc, "in_step", True)  # noqa: B010 (no such field in the class)
@@ -645,7 +655,7 @@ class Arena(RaceCalls, EagerRunners):
             how = 1 if isinstance(exc, MismatchError) else 2
             first, text = me, f"{type(exc).__name__}: {exc}"
         self.broken = (how, first, text)
-        self._write_text(text)
+        write_text(self._mine, text)
         mine = self._mine
         mine[FAILED_FROM] = how | (first + 1) << 8
         mine[FAILED] = self._seq + 1  # last: a peer that sees it sees the rest
@@ -678,7 +688,7 @@ class Arena(RaceCalls, EagerRunners):
                 pick = i
         c = self._ctr[pick]
         how, first = c[FAILED_FROM] & 0xFF, (c[FAILED_FROM] >> 8) - 1
-        text = self._read_text(pick)
+        text = read_text(self._ctr[pick])
         if how == 1 and seq >= 0:  # a mismatch: its whole text where it was published (the
             try:  # header holds FAILED_TEXT_BYTES of it)
                 self.chan.raise_published(seq)
@@ -686,20 +696,6 @@ class Arena(RaceCalls, EagerRunners):
                 setattr(exc, "first_failure", (how, first, text))  # noqa: B010
                 raise
         raise peer_left(how, first, text, self.what, c[FAILED] - 1)
-
-    def _write_text(self, text: str) -> None:
-        raw = text.encode("utf-8", "replace")[:FAILED_TEXT_BYTES]
-        words = np.zeros(FAILED_TEXT_BYTES // 8, dtype="<i8")
-        words.view(np.uint8)[: len(raw)] = np.frombuffer(raw, dtype=np.uint8)
-        mine = self._mine
-        for i, w in enumerate(words.tolist()):
-            mine[FAILED_TEXT + i] = w
-
-    def _read_text(self, rank: int) -> str:
-        c = self._ctr[rank]
-        words = np.array([c[FAILED_TEXT + i] for i in range(FAILED_TEXT_BYTES // 8)],
-                         dtype="<i8")
-        return words.tobytes().rstrip(b"\0").decode("utf-8", "replace")
 
     def unsign(self) -> None:
         """The call begun checks call numbers only at its syncs: a root that refuses a call it
@@ -715,7 +711,7 @@ class Arena(RaceCalls, EagerRunners):
         Raises:
             Timeout, PeerFailure: as :meth:`sync`.
         """
-        self._write_text(text)
+        write_text(self._mine, text)
         self._mine[REFUSED_KIND] = 2 if kind is TypeError else 1
         seq = self._seq
         self._seq = seq | REFUSED  # what this sync's call-number word says
