@@ -173,9 +173,12 @@ def _gathers(comm: ringworld.Communicator) -> list[str]:
         comm.allreduce(np.ones(2, np.int64), out)  # (the arena exists: its slots' size)
         arena = comm._arena  # (None on one rank: no windows)
         # blocks up to the slots' size, or EAGER_MAX in the eager rings (ranks share cores),
-        # have a runner: up to that and one element over it (and EAGER_SMALL, the largest of
-        # the small entries, and one element over it: a large one)
+        # have a runner, below the direct path's size where ranks have cores of their own:
+        # up to that and one element over it (and EAGER_SMALL, the largest of the small
+        # entries, and one element over it: a large one)
         limit = 64 if arena is None else EAGER_MAX if arena.crowded else arena.small
+        if arena is not None and arena.direct and not arena.crowded:
+            limit = min(limit, arena.direct_min["gather"] - 1)
         most, small = limit // dt.itemsize, EAGER_SMALL // dt.itemsize
         for n in (0, 1, 7, small, small + 1, most, most + 1):
             for root in sorted({0, p - 1}):

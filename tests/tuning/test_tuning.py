@@ -145,7 +145,7 @@ def test_shared_memory_model_follows_the_algorithms_sizes() -> None:
         # scatter's eager ring, the root's)
         per_n = 2 if coll in ("alltoall", "reduce_scatter_block", "scatter") else 1
         slots = int(policy.small(coll, 2)) // per_n
-        if n <= slots and coll != "bcast":  # (bcast's direct path goes before its ring)
+        if n <= slots and coll not in ("bcast", "gather"):  # (direct before ring and slots)
             assert m(2, n, 0).read == 0 and m(2, n, 0).syncs == 1, coll
             n = slots + 64
         below, at = m(2, n - 64, 0), m(2, n, 0)

@@ -56,6 +56,7 @@ same shapes and dtypes): 0.13 us a call where ``np.copyto`` costs 0.44.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from typing import Any
@@ -336,6 +337,13 @@ def bcast(a: Arena, send: Array, buf: Array, op: Op | None, root: int) -> None:
         return
     raw = buf.reshape(-1).view(np.uint8)
     _stream(a, raw if r == root else None, [root], lambda j: raw)
+
+
+def gathers_eager(a: Arena, nbytes: int) -> bool:
+    """:func:`~ringworld.algorithms.shm_policy.gather_eager` for a gather of ``nbytes``-byte
+    blocks on ``a``: below the size of its direct path, where ranks may take that."""
+    return gather_eager(nbytes, a.chan.size, a.crowded,
+                        a.direct_min["gather"] if a.direct else math.inf)
 
 
 def bcast_eager(a: Arena, nbytes: int) -> bool:
@@ -661,12 +669,13 @@ def gather(a: Arena, send: Array, recv: Array, op: Op | None = None, root: int =
     p, r = a.chan.size, a.chan.rank
     dt = send.dtype
     n = send.size
-    if gather_eager(send.nbytes, p, a.crowded):
+    if gathers_eager(a, send.nbytes):
         if r == root:
             recv[r * n : (r + 1) * n] = send  # (its own place when in place: harmless)
         a.eager_gather(send, root, recv)
         return
-    if send.nbytes <= a.small:
+    direct = a.direct and send.nbytes >= a.direct_min["gather"]  # (before the slots)
+    if send.nbytes <= a.small and not direct:
         sl = a.slots(a.next_parity(), dt, n)
         if r == root:
             recv[r * n : (r + 1) * n] = send  # (its own place when in place: harmless)
@@ -678,7 +687,7 @@ def gather(a: Arena, send: Array, recv: Array, op: Op | None = None, root: int =
                 if i != r:
                     recv[i * n : (i + 1) * n] = sl[i]
         return
-    if a.direct and send.nbytes >= a.direct_min["gather"]:
+    if direct:
         if r == root:
             a.publish(0, recv)
         a.sync()

@@ -41,15 +41,18 @@ EAGER_MAX = 256 << 10
 # (np=4 on 2 cores, 4-byte blocks, jobs alternating with 8 entries of EAGER_MAX: scatter 9.0 ->
 # 7.0 us, gather 13.5 -> 10.6, bcast 8.5 -> 6.4, gatherv 23.5 -> 17.7; 16 KiB calls parity)
 EAGER_RING, EAGER_BIG, EAGER_SMALL = 32, 8, 16 << 10
-def gather_eager(nbytes: int, p: int, crowded: bool) -> bool:
+def gather_eager(nbytes: int, p: int, crowded: bool, direct_from: float = math.inf) -> bool:
     """Whether a gather of ``nbytes``-byte blocks on ``p`` ranks takes the eager rings (each
     sender puts its block in its own ring and returns, no sync) rather than the slots or the
     windows: where ranks share cores up to EAGER_MAX (see ``shm_collectives.gather``); on two
     ranks with cores of their own from a large entry (over EAGER_SMALL) up to EAGER_MAX, where
     a sender running ahead overlaps its copy in with the root's copy out (np=2, the bench's
     gather alternating in two jobs each: 64 KiB 7.0 and 6.7 us through the slots against 5.5
-    and 5.3 in the rings, 256 KiB 16.5 and 16.1 against 13.3 and 12.8; 16 KiB a tie)."""
-    return nbytes <= EAGER_MAX and (crowded or (p == 2 and nbytes > EAGER_SMALL))
+    and 5.3 in the rings, 256 KiB 16.5 and 16.1 against 13.3 and 12.8; 16 KiB a tie), but
+    below ``direct_from``, where the direct path takes over (see ``tuning.shm_paths``)."""
+    if crowded:
+        return nbytes <= EAGER_MAX
+    return p == 2 and EAGER_SMALL < nbytes <= EAGER_MAX and nbytes < direct_from
 
 
 #: block bytes from which an alltoall through the slots copies only the others' blocks into its

@@ -26,9 +26,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ringworld.algorithms.shm_collectives import _combine_in_rank_order, bcast_eager
+from ringworld.algorithms.shm_collectives import (
+    _combine_in_rank_order,
+    bcast_eager,
+    gathers_eager,
+)
 from ringworld.algorithms.shm_eager_reduce import REDUCE_WORDS, Fold
-from ringworld.algorithms.shm_policy import EAGER_MAX, OWN_APART, gather_eager
+from ringworld.algorithms.shm_policy import EAGER_MAX, OWN_APART
 from ringworld.algorithms.shm_vector import (
     alltoallv_take,
     eager_gatherv_runner,
@@ -76,12 +80,12 @@ def quick(a: Arena, coll: str, send: Array, recv: Array, op: Op | None,
             return a.gather_runner(root, send) if r != root else _reduce_root(a, op, send, root)
         return _allreduce(a, op, _by_epoch(a, send.dtype, send.size), root=root)
     if coll == "gather":  # (as gather: the eager rings where gather_eager says, else slots)
-        if gather_eager(send.nbytes, p, a.crowded):
+        if gathers_eager(a, send.nbytes):
             return a.gather_runner(root, send)
-        if a.crowded:
+        if a.crowded or send.nbytes > a.small:
             return None
-        if send.nbytes > a.small:
-            return None
+        if a.direct and send.nbytes >= a.direct_min["gather"]:
+            return None  # (the direct path: see gather)
         views = _by_epoch(a, send.dtype, send.size)
         return _gather(a, views) if r == root else _put(a, views)
     if send.nbytes > a.small or coll not in ("allgather", "alltoall", "reduce_scatter_block"):

@@ -242,7 +242,8 @@ def _direct(collective: str, windows: Model, crowded: bool = False) -> Model:
 
     blocks = collective in ("alltoall", "reduce_scatter_block", "scatter")  # slots: p blocks
     slots = _slots(collective)
-    first = collective == "bcast"  # its direct path goes before its eager ring's
+    # direct before the eager rings and slots (a crowded gather: its rings first, to EAGER_MAX)
+    first = collective == "bcast" or (collective == "gather" and not crowded)
 
     def m(p: int, n: float, seg: int) -> Work:
         size = n * p if collective == "alltoall" else n

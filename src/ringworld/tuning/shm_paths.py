@@ -38,8 +38,13 @@ blocks leave the cache. Measured on the reference VM (2 cores), same-job A/Bs:
   256 KiB 1.80x, 1 MiB 2.28x; gather 512 KiB 1.92x, 1 MiB 2.01x; np=8 on 2 cores scatter 40
   KiB 1.14x, 64 KiB 1.36x. (Before, from 512 KiB and on shared cores from 2 MiB, as allgather:
   not measured apart. Scatter's blocks under 32 KiB, which only leave the ring beyond 8
-  ranks, stay in the windows: not measured.) Large blocks (np=2, 4 MiB) 155-258 us against the
-  linear schedule's 337-512; 16-64 MiB blocks a tie with it.
+  ranks, stay in the windows: not measured.) A gather's direct path goes before the rings
+  and slots from 112 KiB blocks where ranks have cores of their own: np=2, the rings against
+  direct, 96 KiB 11.6 us against 15.9, 112 KiB 12.8 against 12.4, 128 KiB 14.3 against 13.3,
+  256 KiB 26.6 against 18.0 (a scatter's ring against direct: 96 KiB blocks 0.91x, 112 KiB
+  1.27x, 128 KiB 1.33x; not changed: its ring holds all p blocks, and p > 2 is not measured).
+  Large blocks (np=2, 4 MiB) 155-258 us against the linear schedule's 337-512; 16-64 MiB
+  blocks a tie with it.
 
 Races: where both paths may win, rank 0 times them as they run and every rank takes the faster
 (see ``Arena.race``): on the reference VM the window copies between cores ran at one speed in
@@ -60,7 +65,7 @@ import math
 from ringworld.algorithms.shm_policy import Policy
 
 _DIRECT = {"allreduce": 8 << 20, "bcast": 192 << 10, "allgather": 512 << 10,
-           "alltoall": 1 << 20, "reduce_scatter_block": 512 << 10, "gather": 0,
+           "alltoall": 1 << 20, "reduce_scatter_block": 512 << 10, "gather": 112 << 10,
            "scatter": 32 << 10}
 
 #: the measured policy (see the module docstring)
