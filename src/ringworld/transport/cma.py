@@ -23,7 +23,10 @@ import ctypes
 import ctypes.util
 import os
 import threading
+from collections.abc import Callable
 from typing import Any
+
+from ringworld.errors import TransportError
 
 PAGE = 4096
 #: a destination this many bytes or fewer ahead of the source (mod PAGE, excluding 0) is slow
@@ -81,6 +84,21 @@ def write(pid: int, remote_addr: int, local_addr: int, nbytes: int) -> None:
         _staged("process_vm_writev", pid, remote_addr, local_addr, nbytes)
     else:
         _copy("process_vm_writev", pid, remote_addr, local_addr, nbytes)
+
+
+def copier(pid: int, writes: bool, what: str) -> Callable[[int, int, int], None]:
+    """:func:`write` (``writes``) or :func:`read` with process ``pid``, as a function of
+    (remote_addr, local_addr, nbytes) that raises TransportError naming ``what`` (the peer's
+    memory, for messages) where they raise OSError."""
+    copy, verb = (write, "writing") if writes else (read, "reading")
+
+    def copy_with(remote_addr: int, local_addr: int, nbytes: int) -> None:
+        try:
+            copy(pid, remote_addr, local_addr, nbytes)
+        except OSError as exc:
+            raise TransportError(f"{verb} {what} failed: {exc}") from exc
+
+    return copy_with
 
 
 def skewed(src: int, dst: int) -> bool:

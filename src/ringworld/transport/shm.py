@@ -318,10 +318,10 @@ class ShmTransport(Transport):
     supports_peer_reads = sys.platform == "linux"
 
     def read_peer(self, rank: int, remote_addr: int, local_addr: int, nbytes: int) -> None:
-        self._peer_copy(rank, remote_addr, local_addr, nbytes, write=False)
+        self.peer_copier(rank, False)(remote_addr, local_addr, nbytes)
 
     def write_peer(self, rank: int, remote_addr: int, local_addr: int, nbytes: int) -> None:
-        self._peer_copy(rank, remote_addr, local_addr, nbytes, write=True)
+        self.peer_copier(rank, True)(remote_addr, local_addr, nbytes)
 
     def peer_copier(self, rank: int, write: bool) -> Callable[[int, int, int], None]:
         p = self._peers[rank] if 0 <= rank < self.size else None
@@ -329,29 +329,7 @@ class ShmTransport(Transport):
             raise TransportError(f"rank {rank} is not a peer of this transport")
         from ringworld.transport import cma
 
-        copy, pid = (cma.write if write else cma.read), p.pid
-        verb = "writing" if write else "reading"
-
-        def copier(remote_addr: int, local_addr: int, nbytes: int) -> None:
-            try:
-                copy(pid, remote_addr, local_addr, nbytes)
-            except OSError as exc:
-                raise TransportError(f"{verb} rank {rank}'s memory failed: {exc}") from exc
-
-        return copier
-
-    def _peer_copy(self, rank: int, remote_addr: int, local_addr: int, nbytes: int,
-                   write: bool) -> None:
-        p = self._peers[rank] if 0 <= rank < self.size else None
-        if p is None:
-            raise TransportError(f"rank {rank} is not a peer of this transport")
-        from ringworld.transport import cma
-
-        try:
-            (cma.write if write else cma.read)(p.pid, remote_addr, local_addr, nbytes)
-        except OSError as exc:
-            raise TransportError(f"{'writing' if write else 'reading'} rank {rank}'s memory "
-                                 f"failed: {exc}") from exc
+        return cma.copier(p.pid, write, f"rank {rank}'s memory")
 
     def window_close(self, key: str) -> None:
         mms = self._windows.pop(key, [])
