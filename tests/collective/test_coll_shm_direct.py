@@ -412,5 +412,6 @@ def test_address_is_the_first_byte_of_any_array() -> None:
     base = np.arange(64, dtype=np.float64)
     frozen = base[3:9]
     frozen.flags.writeable = False
-    for a in (base, base[5:], base[5:5], base[::2], frozen, np.zeros((0, 3))):
+    dates = np.arange(4).astype("M8[D]")  # (a dtype a buffer cannot carry)
+    for a in (base, base[5:], base[5:5], base[::2], frozen, np.zeros((0, 3)), dates):
         assert address(a) == a.__array_interface__["data"][0]

@@ -25,7 +25,8 @@ def address(a: Array, _view: Any = ctypes.c_char.from_buffer,
     (through ctypes), 0.9 us otherwise (numpy's interface dict, built per call)."""
     try:
         at: int = _at(_view(a))
-    except (TypeError, ValueError):  # read-only, not contiguous, or empty
+    except (TypeError, ValueError, BufferError):  # read-only, not contiguous, empty, or a
+        # dtype that buffers cannot carry (datetime64)
         at = a.__array_interface__["data"][0]
     return at
 
