@@ -114,14 +114,14 @@ def test_the_memory_bus_and_shared_cores_reach_the_tuner(tmp_path: Path) -> None
     # on two hosts each host's bus carries only its own rank's traffic
     apart = slow.seconds("allreduce", "ring", 2, n, "shm", (0, 1))
     assert apart < ring
-    # four ranks on two cores: a 2 MiB alltoall per rank goes through the windows (crowded)
-    # where ranks with cores of their own would read it straight from the peers (here the
-    # faster way: slow copies, fast reads)
-    c = C["shm"]._replace(copy_rate=1e9, read_rate=20e9)
+    # four ranks on two cores: a 384 KiB alltoall per rank is read straight from the peers
+    # (crowded) where ranks with cores of their own copy it through the windows (here the
+    # faster way: fast copies, slow reads)
+    c = C["shm"]._replace(copy_rate=20e9, read_rate=1e9)
     sim = Simulated(dict(C, shm=c), SEG, sysfs=sysfs)
     crowded, alone = cost_model("alltoall", "shm", crowded=True), cost_model("alltoall", "shm")
     assert crowded is not None and alone is not None
-    blk = (2 << 20) // 4
+    blk = (384 << 10) // 4
     shared, own = crowded(4, blk, 0).time(c, streams=4), alone(4, blk, 0).time(c, streams=4)
     assert shared > 1.5 * own
     assert sim.shm_seconds("alltoall", 4, blk, "shm") == pytest.approx(shared)

@@ -7,9 +7,12 @@ blocks leave the cache. Measured on the reference VM (2 cores), same-job A/Bs:
 
 * alltoall (bytes of the send buffer): from 1 MiB where ranks have cores of their own. The
   windows' copies between cores ran 2-3x slower in most jobs (np=2, 1 MiB: windows 280-311 us
-  in four jobs of five and 102 in the fifth, direct reads 140-162 in all five). Ranks that
-  share cores copy at one core's speed either way (np=4 on 2 cores, 1 MiB 0.49-0.75 ms
-  against 0.61-0.72, 4 MiB 3.0-3.5 ms against 2.2-2.5): from 4 MiB there.
+  in four jobs of five and 102 in the fifth, direct reads 140-162 in all five). Where ranks
+  share cores, wherever the slots stop (over 256 KiB): np=4 on 2 cores, same job, windows
+  against direct, medians of 7: send buffers of 320 KiB 151 us against 112 (1.36x), 384 KiB
+  1.43x, 512 KiB 1.40x, 1 MiB 1.27x, 2 MiB 1.20x (measured after the direct copies' per-call
+  cost fell by 2.6 us; before, from 4 MiB: 1 MiB 0.49-0.75 ms against 0.61-0.72, 4 MiB
+  3.0-3.5 ms against 2.2-2.5).
 * bcast: the root writes 1/p of the data into each other rank while they read the rest, so
   both sides copy at once (on two ranks they share the pieces out as they go). Where ranks have
   cores of their own, from 192 KiB, ahead of the root's eager ring below EAGER_MAX and of the
@@ -71,7 +74,7 @@ _DIRECT = {"allreduce": 8 << 20, "bcast": 192 << 10, "allgather": 512 << 10,
 #: the measured policy (see the module docstring)
 DEFAULT = Policy(
     direct=_DIRECT,
-    direct_crowded={"alltoall": 4 << 20, "allgather": 2 << 20, "bcast": 1 << 20,
+    direct_crowded={"alltoall": 256 << 10, "allgather": 2 << 20, "bcast": 1 << 20,
                     "reduce_scatter_block": math.inf},
     race_min={c: _DIRECT[c] // 2 for c in ("alltoall", "allgather", "reduce_scatter_block")},
     race_max=8 << 20,
