@@ -75,8 +75,9 @@ def test_compare_times_the_blocked_collectives_by_their_whole_buffer() -> None:
         want = schedule_time(Network(topo, 3), coll, "pairwise", nbytes // 12, 4,
                              calibrate.SEGMENT_BYTES // 4)
         assert calibrate.predict(topo, coll, "pairwise", nbytes, 3) == pytest.approx(want)
+    crowded = estimate.shares_cores(topo, 3)  # (on a machine of fewer than 3 cores)
     assert calibrate.predict_row(topo, c, "alltoall", "shm", nbytes, 3) == pytest.approx(
-        shm_time(c, "alltoall", 3, nbytes / 3))
+        shm_time(c, "alltoall", 3, nbytes / 3, crowded))
 
 
 def test_calibrate_command_refuses_an_unknown_collective() -> None:
@@ -331,23 +332,24 @@ def test_fit_finds_the_memory_bus_apart_from_the_rates(tmp_path: Path) -> None:
 
 def test_ranks_that_outnumber_the_cores_take_the_crowded_shared_memory_paths() -> None:
     """More ranks than cores share them; the shared-memory algorithm then starts its direct
-    paths later (alltoall from 4 MiB per rank, not 1) and races nothing, and the prediction
-    follows the path that runs."""
+    paths at other sizes (alltoall wherever the slots stop, past 256 KiB per rank's send
+    buffer, not from 1 MiB) and races nothing, and the prediction follows the path that
+    runs."""
     topo = calibrate.local_topology(nranks=2)
     cores = sum(1 for d in topo.devices if d.kind == "core")
     assert not estimate.shares_cores(topo, cores) and estimate.shares_cores(topo, cores + 1)
-    c = Constants(step=20e-6, message=4e-6, bandwidth=30e9, reduce_rate=8e9, copy_rate=1e9,
-                  sync=3e-6, read_rate=20e9)
-    blk = 512 << 10  # 4 ranks: 2 MiB per rank's send buffer
+    c = Constants(step=20e-6, message=4e-6, bandwidth=30e9, reduce_rate=8e9, copy_rate=20e9,
+                  sync=3e-6, read_rate=1e9)
+    blk = 96 << 10  # 4 ranks: 384 KiB per rank's send buffer
     alone = estimate.shm_time(c, "alltoall", 4, blk)
     shared = estimate.shm_time(c, "alltoall", 4, blk, crowded=True)
-    windows = cost.model("alltoall", "shm", crowded=True)
-    assert windows is not None and windows(4, blk, 0).read == 0
-    assert shared == pytest.approx(windows(4, blk, 0).time(c))
-    assert shared > 2 * alone  # the slow copies through the windows, not the direct reads
+    direct = cost.model("alltoall", "shm", crowded=True)
+    assert direct is not None and direct(4, blk, 0).read > 0
+    assert shared == pytest.approx(direct(4, blk, 0).time(c))
+    assert shared > 2 * alone  # the slow direct reads, not the copies through the windows
     # calibrate's prediction of a job with one rank more than the cores (the whole send buffer)
     p = cores + 1
-    blk = (2 << 20) // p  # 2 MiB per rank's send buffer: direct alone, windows crowded
+    blk = (384 << 10) // p  # 384 KiB per rank's send buffer: direct crowded, windows alone
     row = calibrate.predict_row(calibrate.local_topology(nranks=p, constants=c), c,
                                 "alltoall", "shm", blk * p, p)
     assert row == pytest.approx(estimate.shm_time(c, "alltoall", p, blk, crowded=True))
