@@ -346,6 +346,12 @@ def gathers_eager(a: Arena, nbytes: int) -> bool:
                         a.direct_min["gather"] if a.direct else math.inf)
 
 
+def gathers_direct(a: Arena, nbytes: int) -> bool:
+    """Whether a gather of ``nbytes``-byte blocks past its eager rings takes the direct path,
+    before the slots (the runner's choice too)."""
+    return a.direct and nbytes >= a.direct_min["gather"]
+
+
 def bcast_eager(a: Arena, nbytes: int) -> bool:
     """Whether a broadcast of ``nbytes`` takes the root's eager ring: up to EAGER_MAX, unless
     the direct path starts below that (ranks with cores of their own: see
@@ -674,7 +680,7 @@ def gather(a: Arena, send: Array, recv: Array, op: Op | None = None, root: int =
             recv[r * n : (r + 1) * n] = send  # (its own place when in place: harmless)
         a.eager_gather(send, root, recv)
         return
-    direct = a.direct and send.nbytes >= a.direct_min["gather"]  # (before the slots)
+    direct = gathers_direct(a, send.nbytes)  # (before the slots)
     if send.nbytes <= a.small and not direct:
         sl = a.slots(a.next_parity(), dt, n)
         if r == root:

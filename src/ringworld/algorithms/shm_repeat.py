@@ -29,6 +29,7 @@ import numpy as np
 from ringworld.algorithms.shm_collectives import (
     _combine_in_rank_order,
     bcast_eager,
+    gathers_direct,
     gathers_eager,
 )
 from ringworld.algorithms.shm_eager_reduce import REDUCE_WORDS, Fold
@@ -84,7 +85,7 @@ def quick(a: Arena, coll: str, send: Array, recv: Array, op: Op | None,
             return a.gather_runner(root, send)
         if a.crowded or send.nbytes > a.small:
             return None
-        if a.direct and send.nbytes >= a.direct_min["gather"]:
+        if gathers_direct(a, send.nbytes):
             return None  # (the direct path: see gather)
         views = _by_epoch(a, send.dtype, send.size)
         return _gather(a, views) if r == root else _put(a, views)
