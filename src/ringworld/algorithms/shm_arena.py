@@ -379,9 +379,15 @@ class Arena(RaceCalls, EagerRunners):
                         per = "per rank: " + "; ".join(
                             f"rank {i}: {texts[i]}, {b} bytes" for i, (b, _) in enumerate(seen))
                     else:  # (a rank not in step here: its call's checksum, not its text)
-                        per = "per rank (bytes, call signature): " + ", ".join(
-                            f"rank {i}: ({b}, {k & 0xFFFFFFFF:08x})"
-                            for i, (b, k) in enumerate(seen))
+                        ahead = [i for i, c in enumerate(self._ctr) if c[sq] & ~REFUSED > seq]
+                        per = "per rank (bytes, call signature, call number): " + ", ".join(
+                            f"rank {i}: ({b}, {k & 0xFFFFFFFF:08x}, #{c[sq] & ~REFUSED})"
+                            for i, ((b, k), c) in enumerate(zip(seen, self._ctr, strict=True)))
+                        if ahead:  # (it left a call without a sync: the eager rings')
+                            per += (f"; rank {ahead[0]} is at a later call: it left one "
+                                    f"without a sync, as the eager rings let a gather's "
+                                    f"sender or a scatter's root (this call, given other "
+                                    f"sizes than this rank, or one this rank did not make)")
                     exc = MismatchError(f"{self.what}: ranks called it differently (this rank: "
                                         f"{sig[2]}, {sig[0]} bytes); {per}")
                     if in_step:
@@ -577,6 +583,13 @@ class Arena(RaceCalls, EagerRunners):
         if src[SEQ_WORD + ((self.epoch + 1) & 1)] == self._seq | REFUSED:
             self.sync()  # the root refused the call at a sync (see refuse): join it, which
             # raises the refusal and keeps the syncs in step
+        if (got >> 32 != want and src[0] > self.epoch
+                and src[SEQ_WORD + (src[0] & 1)] == self._seq):
+            # at a sync of this same call: its sizes sent it through the slots or windows
+            raise MismatchError(
+                f"{self.what}: rank {rank}, {who[0]}, waits at this call's sync instead of "
+                f"making this {who[1]}: it was given other sizes than this rank (this rank: "
+                f"{self._call[2] if self._call else '?'})")
         if got >> 32 != want:
             raise MismatchError(
                 f"{self.what}: rank {rank}, {who[0]}, went on to another collective without "

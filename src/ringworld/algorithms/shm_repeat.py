@@ -36,6 +36,7 @@ from ringworld.algorithms.shm_eager_reduce import REDUCE_WORDS, Fold
 from ringworld.algorithms.shm_policy import EAGER_MAX, OWN_APART
 from ringworld.algorithms.shm_vector import (
     alltoallv_take,
+    eager,
     eager_gatherv_runner,
     eager_scatterv_runner,
     gatherv_sent,
@@ -218,9 +219,9 @@ def quick_vector(a: Arena, coll: str, spec: Spec, send: Array, recv: Array
     if coll == "reduce_scatter":
         return None
     dt = send.dtype if coll == "gatherv" else recv.dtype
-    if coll == "scatterv" and a.crowded:  # (the root's eager ring: see shm_vector.scatterv)
+    if coll == "scatterv" and eager(a, spec, recv, False):  # (the root's eager ring)
         return eager_scatterv_runner(a, spec, dt)
-    if coll == "gatherv" and a.crowded and a.direct:  # (the senders' rings: as gatherv)
+    if coll == "gatherv" and eager(a, spec, send, True):  # (the senders' rings)
         return eager_gatherv_runner(a, spec, dt, send.size)
     views = (slot_views(a, 1, dt), slot_views(a, 0, dt))  # (by the epoch's parity)
     heads, datas = (views[0][0], views[1][0]), (views[0][1], views[1][1])

@@ -34,11 +34,11 @@ import numpy as np
 from ringworld.algorithms.schedule import Spec
 from ringworld.algorithms.shm_arena import Arena
 from ringworld.algorithms.shm_collectives import _combine_in_rank_order, _combine_slice
-from ringworld.algorithms.shm_policy import EAGER_MAX, EAGER_SMALL, SLOT
+from ringworld.algorithms.shm_policy import EAGER_MAX, EAGER_SMALL, SLOT, vector_eager
 from ringworld.comm.ops import Op
 from ringworld.errors import MismatchError
 
-__all__ = ["RUN", "alltoallv_take", "eager_gatherv_runner", "eager_scatterv_runner",
+__all__ = ["RUN", "alltoallv_take", "eager", "eager_gatherv_runner", "eager_scatterv_runner",
            "gatherv_sent", "scatterv_got", "slot_views", "wrong_block"]
 
 Array = np.ndarray[Any, Any]
@@ -194,7 +194,7 @@ def gatherv(a: Arena, spec: Spec, send: Array, recv: Array, op: Op | None = None
     :func:`_gatherv_eager`). Blocks too large for the slots are written by their owners
     straight into the root's ``recv`` where ranks may write each other's memory, else moved
     on the message path."""
-    if a.crowded and a.direct:
+    if eager(a, spec, send, True):
         return _gatherv_eager(a, spec, send, recv)
     r, root, p = a.chan.rank, spec.root, a.chan.size
     c, d = spec.counts or (), spec.displs or ()  # (the root's)
@@ -331,9 +331,26 @@ def scatterv(a: Arena, spec: Spec, send: Array, recv: Array, op: Op | None = Non
     through the slots, or where ranks share cores through the root's eager ring, which makes
     no rank wait for all the others to be scheduled (same job, 8-byte blocks: np=2, 3.2 us
     through the slots against 4.6 through the ring; np=4 on 2 cores, 23.1 against 17.4)."""
-    if a.crowded:
+    if eager(a, spec, recv, False):
         return _scatterv_eager(a, spec, send, recv)
     return _scatterv_slots(a, spec, send, recv)
+
+
+def eager(a: Arena, spec: Spec, mine: Array, gathers: bool) -> bool:
+    """Whether a scatterv (``mine``: this rank's ``recv``) or, ``gathers``, a gatherv (its
+    ``send``) takes the eager rings rather than the slots: where ranks share cores (a gatherv
+    only where ranks may write each other's memory: a block too large for an entry is written
+    straight into the root's ``recv``), else as ``shm_policy.vector_eager`` says of the other
+    rank's block, by the root's counts at the root and by ``mine`` at the other rank. Ranks
+    whose counts agree decide alike; where they do not, one waits in the rings and the other
+    in the slots, and the engine's monitor fails the call on both as a mismatch."""
+    if a.crowded:
+        return a.direct or not gathers
+    p, r, root = a.chan.size, a.chan.rank, spec.root
+    if p != 2:
+        return False
+    n = mine.size if r != root else spec.counts[1 - r] if spec.counts else 0
+    return vector_eager(n * mine.dtype.itemsize, p, EAGER_MAX - _head_bytes(p))
 
 
 def _scatterv_slots(a: Arena, spec: Spec, send: Array, recv: Array) -> bool:
