@@ -33,7 +33,7 @@ from coll_support import AFFINE, AFFINE_OP, P_AFF, RING_POLICY, affine
 
 import ringworld
 from ringworld import Op
-from ringworld.algorithms import shm_collectives
+from ringworld.algorithms import shm_collectives, shm_policy
 from ringworld.algorithms.shm_policy import EAGER_MAX, EAGER_RING, EAGER_SMALL
 from ringworld.testing import run_processes
 
@@ -472,7 +472,7 @@ def _bcast_kept(comm: ringworld.Communicator, dt: np.dtype[Any], n: int, what: s
     """After repeats of a bcast of ``n`` of ``dt`` on more than one rank: it ran in the shared
     windows, and the kept runner is a bcast runner where the call takes the root's eager ring
     (up to EAGER_MAX bytes, less where the direct path starts below that: see
-    ``shm_collectives.bcast_eager``), else ``shm_collectives.RUN``'s entry."""
+    ``shm_policy.bcast_eager``), else ``shm_collectives.RUN``'s entry."""
     if comm.size == 1 or n == 0:
         return []
     if comm.last_algorithm != "shm":
@@ -481,7 +481,7 @@ def _bcast_kept(comm: ringworld.Communicator, dt: np.dtype[Any], n: int, what: s
     if not isinstance(last, tuple) or not callable(last[5]):
         return [f"{what}: no call kept ({last!r})"]
     plain = last[5] is shm_collectives.RUN["bcast"]
-    ring = shm_collectives.bcast_eager(comm._arena, n * dt.itemsize)
+    ring = shm_policy.bcast_eager(comm._arena, n * dt.itemsize)
     if n * dt.itemsize > EAGER_MAX and ring:
         return [f"{what}: over EAGER_MAX bytes, yet said to take the ring"]
     if ring and plain:

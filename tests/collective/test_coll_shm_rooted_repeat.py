@@ -3,11 +3,10 @@
 entries of the root's eager ring up to EAGER_SMALL, its large ones above, which a scatter
 shares with the broadcasts): every dtype, counts 0, 1, 7, the most that fits EAGER_SMALL and
 one element more (a large entry), the most that fits EAGER_MAX and one element more (the plain
-path), from root 0 and from the last rank, into a separate buffer and in place, repeated on
-the same arrays and on new ones. Every call has
-new data (per element, root and call) and the receivers' buffers first hold bytes the root
-never sends, so a runner that read another call's entry, another rank's block or nothing
-is caught. Then long runs mixed with broadcasts and other calls, small and large, the
+path), around SCATTER_APART, from root 0, the middle rank and the last, into a separate buffer
+and in place, repeated on the same arrays and on new ones. Every call has new data (per
+element, root and call) and the receivers' buffers first hold bytes the root never sends, so
+a runner that read another call's entry, another rank's block or nothing is caught. Then long runs mixed with broadcasts and other calls, small and large, the
 receivers behind at times, so that the root's entries of both sizes wrap around and it waits
 for ring space.
 
@@ -31,7 +30,7 @@ from test_coll_shm_repeat import FILL, PLAIN, PLAN, _bcast_data
 import ringworld
 from ringworld import runtime
 from ringworld.algorithms import shm_collectives
-from ringworld.algorithms.shm_policy import EAGER_MAX, EAGER_RING, EAGER_SMALL
+from ringworld.algorithms.shm_policy import EAGER_MAX, EAGER_RING, EAGER_SMALL, SCATTER_APART
 from ringworld.testing import run_processes
 
 Array = np.ndarray[Any, Any]
@@ -93,8 +92,11 @@ def _matrix(comm: ringworld.Communicator) -> list[str]:
     c = Scatters(comm)
     for dt in (*PLAIN, AFFINE):
         small, most = EAGER_SMALL // (p * dt.itemsize), EAGER_MAX // (p * dt.itemsize)
-        for n in (0, 1, 7, small, small + 1, most, most + 1):
-            for root in sorted({0, p - 1}):
+        # (from SCATTER_APART bytes a block the root's entry leaves its own out: a root in the
+        # middle puts the blocks before and after it)
+        apart = -(-SCATTER_APART // dt.itemsize)
+        for n in (0, 1, 7, small, small + 1, apart - 1, apart, most, most + 1):
+            for root in sorted({0, p // 2, p - 1}):
                 for in_place in (False, True):
                     send, recv = np.empty(p * n, dt), np.empty(n, dt)
                     for k, fresh in enumerate(PLAN):

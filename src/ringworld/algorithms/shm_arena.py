@@ -583,13 +583,15 @@ class Arena(RaceCalls, EagerRunners):
         if src[SEQ_WORD + ((self.epoch + 1) & 1)] == self._seq | REFUSED:
             self.sync()  # the root refused the call at a sync (see refuse): join it, which
             # raises the refusal and keeps the syncs in step
-        if (got >> 32 != want and src[0] > self.epoch
-                and src[SEQ_WORD + (src[0] & 1)] == self._seq):
-            # at a sync of this same call: its sizes sent it through the slots or windows
+        call, there = self._call, 8 + 2 * (src[0] & 1)  # (its sync's signature words)
+        if (got >> 32 != want and src[0] > self.epoch and call is not None
+                and src[SEQ_WORD + (src[0] & 1)] == self._seq
+                and src[there + 1] & 0xFFFFFFFF == call[1]):
+            # at a sync of this same call, made alike: its sizes sent it through the slots
             raise MismatchError(
                 f"{self.what}: rank {rank}, {who[0]}, waits at this call's sync instead of "
                 f"making this {who[1]}: it was given other sizes than this rank (this rank: "
-                f"{self._call[2] if self._call else '?'})")
+                f"{call[2]})")
         if got >> 32 != want:
             raise MismatchError(
                 f"{self.what}: rank {rank}, {who[0]}, went on to another collective without "

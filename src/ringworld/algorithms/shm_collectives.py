@@ -56,7 +56,6 @@ same shapes and dtypes): 0.13 us a call where ``np.copyto`` costs 0.44.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from typing import Any
@@ -85,7 +84,10 @@ from ringworld.algorithms.shm_policy import (
     SLOT,
     SMALL,
     Policy,
-    gather_eager,
+    bcast_eager,
+    gathers_direct,
+    gathers_eager,
+    scatter_apart,
 )
 from ringworld.algorithms.shm_race import RACE_COST, RACE_LAST, RACE_TRY, _Race
 from ringworld.comm.ops import Op
@@ -337,26 +339,6 @@ def bcast(a: Arena, send: Array, buf: Array, op: Op | None, root: int) -> None:
         return
     raw = buf.reshape(-1).view(np.uint8)
     _stream(a, raw if r == root else None, [root], lambda j: raw)
-
-
-def gathers_eager(a: Arena, nbytes: int) -> bool:
-    """:func:`~ringworld.algorithms.shm_policy.gather_eager` for a gather of ``nbytes``-byte
-    blocks on ``a``: below the size of its direct path, where ranks may take that."""
-    return gather_eager(nbytes, a.chan.size, a.crowded,
-                        a.direct_min["gather"] if a.direct else math.inf)
-
-
-def gathers_direct(a: Arena, nbytes: int) -> bool:
-    """Whether a gather of ``nbytes``-byte blocks past its eager rings takes the direct path,
-    before the slots (the runner's choice too)."""
-    return a.direct and nbytes >= a.direct_min["gather"]
-
-
-def bcast_eager(a: Arena, nbytes: int) -> bool:
-    """Whether a broadcast of ``nbytes`` takes the root's eager ring: up to EAGER_MAX, unless
-    the direct path starts below that (ranks with cores of their own: see
-    ``tuning.shm_paths``), which then takes it first."""
-    return nbytes <= EAGER_MAX and not (a.direct and nbytes >= a.direct_min["bcast"])
 
 
 def _claims(a: Arena, n: int, front: bool, word: int = 0, theirs: int = 0) -> Iterator[int]:
@@ -728,11 +710,23 @@ def scatter(a: Arena, send: Array, recv: Array, op: Op | None = None, root: int 
     dt = recv.dtype
     n = recv.size
     if recv.nbytes * p <= EAGER_MAX:
-        if r == root:
+        apart = scatter_apart(recv.nbytes)  # (the entry without the root's own block)
+        lo, hi = r * n, (r + 1) * n
+        if r == root and apart:
+
+            def others(_: int, entry: Array) -> None:
+                if lo:
+                    entry[:lo] = send[:lo]
+                if hi < send.size:
+                    entry[lo:] = send[hi:]
+
+            a.eager_bcast(send[n:], root, fill=others, need=(p - 1) * recv.nbytes)
+        elif r == root:
             a.eager_bcast(send, root)
-            recv[...] = send[r * n : (r + 1) * n]  # (its own place when in place: harmless)
         else:
-            a.eager_bcast(recv, root, r * n)
+            a.eager_bcast(recv, root, (r - (apart and r > root)) * n)
+        if r == root:
+            recv[...] = send[lo:hi]  # (its own place when in place: harmless)
         return
     if a.direct and recv.nbytes >= a.direct_min["scatter"]:
         if r == root:

@@ -54,26 +54,36 @@ class EagerRunners:
         def _entry(self, rank: int, e: int, like: Array, skip: int = 0) -> Array: ...
 
     def bcast_runner(self, root: int, like: Array, skip: int = 0, own: slice | None = None,
-                     whole: int = -1) -> Callable[..., None]:
+                     whole: int = -1, apart: bool = False) -> Callable[..., None]:
         """:meth:`eager_bcast` from ``root``, with ``shm_collectives.RUN``'s arguments (its
         arena, op and root are this one's), for flat arrays of ``like``'s dtype and size (at
         most EAGER_MAX bytes): the entries' views made once, for a repeated broadcast (see
         shm_repeat). A small scatter is such a broadcast of the root's ``send``, ``like``
         (``own``: its own block, copied into its ``recv``), of which every other rank takes
         the ``like``-sized block from element ``skip`` on; ``whole``: the bytes the root puts
-        in the entry, where not ``like``'s (a scatter's other ranks). Raises: as
-        eager_bcast."""
+        in the entry, where not ``like``'s (a scatter's other ranks). ``apart``: the root's
+        entry (``like``) holds the others' blocks only, in rank order (see
+        ``shm_policy.scatter_apart``). Raises: as eager_bcast."""
         # a small or a large entry by the root's bytes (bit 0 of the stamp: as _eager_put)
         large = int((like.nbytes if whole < 0 else whole) > EAGER_SMALL)
         ring, first = (EAGER_BIG, EAGER_RING) if large else (EAGER_RING, 0)
         entries = [self._entry(root, first + e, like, skip) for e in range(ring)]
         mine, src, others = self._mine, self._ctr[root], self._others
+        # a scatter's root whose entry leaves its own block out: (part of entry, of send)
+        pieces = None if own is None or not apart else [
+            [(x[: own.start], slice(0, own.start))] * (own.start > 0)
+            + [(x[own.start :], slice(own.stop, None))] * (x.size > own.start)
+            for x in entries]
 
         def put(_: Arena, send: Array, buf: Array, _op: Any, _root: int) -> None:
             s, word, stamp = self._eager_begin()
             if s - ring > self._ring_done:  # (as _eager_put)
                 self._ring_space(s - ring)
-            entries[s % ring][...] = buf if own is None else send
+            if pieces is None:
+                entries[s % ring][...] = buf if own is None else send
+            else:
+                for part, at in pieces[s % ring]:
+                    part[...] = send[at]
             mine[word] = stamp | large
             want = stamp >> 32
             for c in others:

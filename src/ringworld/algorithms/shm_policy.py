@@ -14,6 +14,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # (the arena's predicates below read its state; it imports this module)
+    from ringworld.algorithms.shm_arena import Arena
 
 #: bytes of each of a rank's two small slots: a call whose data fit takes one sync through them
 #: (allgather: its block; alltoall and reduce_scatter_block: the send buffer; allreduce and
@@ -55,6 +59,26 @@ def gather_eager(nbytes: int, p: int, crowded: bool, direct_from: float = math.i
     return p == 2 and EAGER_SMALL < nbytes <= EAGER_MAX and nbytes < direct_from
 
 
+def gathers_eager(a: Arena, nbytes: int) -> bool:
+    """:func:`gather_eager` for a gather of ``nbytes``-byte
+    blocks on ``a``: below the size of its direct path, where ranks may take that."""
+    return gather_eager(nbytes, a.chan.size, a.crowded,
+                        a.direct_min["gather"] if a.direct else math.inf)
+
+
+def gathers_direct(a: Arena, nbytes: int) -> bool:
+    """Whether a gather of ``nbytes``-byte blocks past its eager rings takes the direct path,
+    before the slots (the runner's choice too)."""
+    return a.direct and nbytes >= a.direct_min["gather"]
+
+
+def bcast_eager(a: Arena, nbytes: int) -> bool:
+    """Whether a broadcast of ``nbytes`` takes the root's eager ring: up to EAGER_MAX, unless
+    the direct path starts below that (ranks with cores of their own: see
+    ``tuning.shm_paths``), which then takes it first."""
+    return nbytes <= EAGER_MAX and not (a.direct and nbytes >= a.direct_min["bcast"])
+
+
 #: bytes of the other rank's block of a scatterv or gatherv on two ranks with cores of their
 #: own over which, and up to which, it goes through the eager rings (see :func:`vector_eager`)
 VECTOR_EAGER_FROM, VECTOR_EAGER_TO = EAGER_SMALL, 88 << 10
@@ -81,6 +105,22 @@ def vector_eager(nbytes: int, p: int, room: int) -> bool:
 #: new, medians of 9: np=2 64 KiB blocks 1.06x, 128 KiB 1.12x; np=3 64 KiB 1.06x, 85 KiB 1.15x;
 #: np=4 on 2 cores 64 KiB 1.10x; below, the extra steps cost more (np=2 32 KiB 0.96x, 8 B 0.83x)
 OWN_APART = 64 << 10
+#: block bytes from which a scatter's root leaves its own block out of its eager entry (the
+#: others' blocks, in rank order, are all the receivers read: see :func:`scatter_apart`). Same
+#: job, the whole send against the others' blocks, medians of 9: np=2 8 B 0.95x, 4 KiB 0.97x,
+#: 8 KiB 1.02x, 12 KiB 1.17x, 16 KiB 1.25x, 32 KiB 1.11x, 64 KiB 1.17x, 96 KiB 1.21x; np=4 on 2
+#: cores 8 B 0.94x, 8 KiB 1.00x, 16 KiB 1.03x, 32 KiB 1.09x; np=3, root 1 (two copies) 8 B 0.92x,
+#: 16 KiB 1.09x, 32 KiB 1.05x
+SCATTER_APART = 12 << 10
+
+
+def scatter_apart(nbytes: int) -> bool:
+    """Whether a scatter of ``nbytes``-byte blocks through the root's eager ring puts only
+    the other ranks' blocks in the entry (block i at i, or at i - 1 past the root), not its
+    own as well."""
+    return nbytes >= SCATTER_APART
+
+
 #: bytes of a window area: larger transfers go through the windows a chunk at a time
 CHUNK = 2 << 20
 #: the collectives that have a direct path, and the ones among them whose paths may race

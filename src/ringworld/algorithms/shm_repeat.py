@@ -26,14 +26,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ringworld.algorithms.shm_collectives import (
-    _combine_in_rank_order,
+from ringworld.algorithms.shm_collectives import _combine_in_rank_order
+from ringworld.algorithms.shm_eager_reduce import REDUCE_WORDS, Fold
+from ringworld.algorithms.shm_policy import (
+    EAGER_MAX,
+    OWN_APART,
     bcast_eager,
     gathers_direct,
     gathers_eager,
+    scatter_apart,
 )
-from ringworld.algorithms.shm_eager_reduce import REDUCE_WORDS, Fold
-from ringworld.algorithms.shm_policy import EAGER_MAX, OWN_APART
 from ringworld.algorithms.shm_vector import (
     alltoallv_take,
     eager,
@@ -72,9 +74,14 @@ def quick(a: Arena, coll: str, send: Array, recv: Array, op: Op | None,
         n = recv.size
         if recv.nbytes * p > EAGER_MAX:
             return None
-        if r == root:
-            return a.bcast_runner(root, send, own=slice(r * n, (r + 1) * n))
-        return a.bcast_runner(root, recv, skip=r * n, whole=recv.nbytes * p)
+        if not scatter_apart(recv.nbytes):
+            if r == root:
+                return a.bcast_runner(root, send, own=slice(r * n, (r + 1) * n))
+            return a.bcast_runner(root, recv, skip=r * n, whole=recv.nbytes * p)
+        if r == root:  # (the entry holds the others' blocks only)
+            return a.bcast_runner(root, send[n:], own=slice(r * n, (r + 1) * n), apart=True)
+        return a.bcast_runner(root, recv, skip=(r - (r > root)) * n,
+                              whole=recv.nbytes * (p - 1))
     if coll == "allreduce" and op is not None and recv.nbytes <= a.small_reduce:
         return _allreduce(a, op, _by_epoch(a, dt, recv.size))
     if coll == "reduce" and op is not None and send.nbytes <= a.small_reduce:
