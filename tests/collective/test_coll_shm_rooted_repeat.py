@@ -6,9 +6,9 @@ one element more (a large entry), the most that fits EAGER_MAX and one element m
 path), around SCATTER_APART, from root 0, the middle rank and the last, into a separate buffer
 and in place, repeated on the same arrays and on new ones. Every call has new data (per
 element, root and call) and the receivers' buffers first hold bytes the root never sends, so
-a runner that read another call's entry, another rank's block or nothing is caught. Then long runs mixed with broadcasts and other calls, small and large, the
-receivers behind at times, so that the root's entries of both sizes wrap around and it waits
-for ring space.
+a runner that read another call's entry, another rank's block or nothing is caught. Then
+long runs mixed with broadcasts and other calls, small and large, the receivers behind at
+times, so that the root's entries of both sizes wrap around and it waits for ring space.
 
 Then gather's, alike: where ranks do not outnumber the cores ``shm_repeat._gather`` at the
 root and ``_put`` elsewhere (through the slots, one sync), else ``Arena.gather_runner`` (each
@@ -175,11 +175,11 @@ def _gathers(comm: ringworld.Communicator) -> list[str]:
         comm.allreduce(np.ones(2, np.int64), out)  # (the arena exists: its slots' size)
         arena = comm._arena  # (None on one rank: no windows)
         # blocks up to the slots' size, or EAGER_MAX in the eager rings (ranks share cores),
-        # have a runner, below the direct path's size where ranks have cores of their own:
-        # up to that and one element over it (and EAGER_SMALL, the largest of the small
-        # entries, and one element over it: a large one)
+        # have a runner, below the direct path's size where ranks may take it: up to that and
+        # one element over it (and EAGER_SMALL, the largest of the small entries, and one
+        # element over it: a large one)
         limit = 64 if arena is None else EAGER_MAX if arena.crowded else arena.small
-        if arena is not None and arena.direct and not arena.crowded:
+        if arena is not None and arena.direct:
             limit = min(limit, arena.direct_min["gather"] - 1)
         most, small = limit // dt.itemsize, EAGER_SMALL // dt.itemsize
         for n in (0, 1, 7, small, small + 1, most, most + 1):

@@ -55,7 +55,7 @@ def gather_eager(nbytes: int, p: int, crowded: bool, direct_from: float = math.i
     and 5.3 in the rings, 256 KiB 16.5 and 16.1 against 13.3 and 12.8; 16 KiB a tie), but
     below ``direct_from``, where the direct path takes over (see ``tuning.shm_paths``)."""
     if crowded:
-        return nbytes <= EAGER_MAX
+        return nbytes <= EAGER_MAX and nbytes < direct_from
     return p == 2 and EAGER_SMALL < nbytes <= EAGER_MAX and nbytes < direct_from
 
 

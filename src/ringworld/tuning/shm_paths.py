@@ -47,7 +47,11 @@ blocks leave the cache. Measured on the reference VM (2 cores), same-job A/Bs:
   256 KiB 26.6 against 18.0 (a scatter's ring against direct: 96 KiB blocks 0.91x, 112 KiB
   1.27x, 128 KiB 1.33x; not changed: its ring holds all p blocks, and p > 2 is not measured).
   Large blocks (np=2, 4 MiB) 155-258 us against the linear schedule's 337-512; 16-64 MiB
-  blocks a tie with it.
+  blocks a tie with it. Where ranks share cores a gather's direct path goes before the rings
+  from 128 KiB blocks (it took the rings up to EAGER_MAX): np=4 on 2 cores, same job, the
+  rings against direct, 112 KiB 1.00x, 128 KiB 1.16x, 192 KiB 1.98x, 256 KiB 1.61x; np=8 112
+  KiB 1.29x, 128 KiB 1.51x, 256 KiB 2.01x; np=3 (two or three ranks on a core by turns) noisy:
+  128 KiB 0.52-1.00x in three jobs, 192 KiB 0.96-1.43x, 256 KiB 0.75-1.67x.
 
 Races: where both paths may win, rank 0 times them as they run and every rank takes the faster
 (see ``Arena.race``): on the reference VM the window copies between cores ran at one speed in
@@ -75,7 +79,7 @@ _DIRECT = {"allreduce": 8 << 20, "bcast": 192 << 10, "allgather": 512 << 10,
 DEFAULT = Policy(
     direct=_DIRECT,
     direct_crowded={"alltoall": 256 << 10, "allgather": 2 << 20, "bcast": 1 << 20,
-                    "reduce_scatter_block": math.inf},
+                    "reduce_scatter_block": math.inf, "gather": 128 << 10},
     race_min={c: _DIRECT[c] // 2 for c in ("alltoall", "allgather", "reduce_scatter_block")},
     race_max=8 << 20,
 )
