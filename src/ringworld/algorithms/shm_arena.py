@@ -379,17 +379,21 @@ class Arena(RaceCalls, EagerRunners):
                         per = "per rank: " + "; ".join(
                             f"rank {i}: {texts[i]}, {b} bytes" for i, (b, _) in enumerate(seen))
                     else:  # (a rank not in step here: its call's checksum, not its text)
-                        ahead = [i for i, c in enumerate(self._ctr) if c[sq] & ~REFUSED > seq]
-                        per = "per rank (bytes, call signature, call number): " + ", ".join(
-                            f"rank {i}: ({b}, {k & 0xFFFFFFFF:08x}, #{c[sq] & ~REFUSED})"
-                            for i, ((b, k), c) in enumerate(zip(seen, self._ctr, strict=True)))
-                        if ahead:  # (it left a call without a sync: the eager rings')
-                            per += (f"; rank {ahead[0]} is at a later call: it left one "
-                                    f"without a sync, as the eager rings let a gather's "
-                                    f"sender or a scatter's root (this call, given other "
-                                    f"sizes than this rank, or one this rank did not make)")
-                    exc = MismatchError(f"{self.what}: ranks called it differently (this rank: "
-                                        f"{sig[2]}, {sig[0]} bytes); {per}")
+                        per = "per rank (bytes, call signature): " + ", ".join(
+                            f"rank {i}: ({b}, {k & 0xFFFFFFFF:08x})"
+                            for i, (b, k) in enumerate(seen))
+                    this = f"this rank: {sig[2]}, {sig[0]} bytes"
+                    if in_step:
+                        exc = MismatchError(
+                            f"{self.what}: ranks called it differently ({this}); {per}")
+                    else:  # (what it is first: a peer reading it gets its first 192 bytes)
+                        calls = ", ".join(f"rank {i}: #{c[sq] & ~REFUSED}"
+                                          for i, c in enumerate(self._ctr))
+                        exc = MismatchError(
+                            f"{self.what}: the ranks are at different calls ({calls}; {this}): "
+                            f"a rank leaves a call without a sync where the eager rings let it "
+                            f"(a gather's sender, a scatter's root), so some rank made a call "
+                            f"with other sizes, or one the others did not make; {per}")
                     if in_step:
                         # every rank reads the same words here, so every rank raises at this
                         # same sync, in the same call: the windows stay in step and usable
