@@ -88,6 +88,7 @@ from ringworld.algorithms.shm_policy import (
     gathers_direct,
     gathers_eager,
     scatter_apart,
+    scatter_skip,
 )
 from ringworld.algorithms.shm_race import RACE_COST, RACE_LAST, RACE_TRY, _Race
 from ringworld.comm.ops import Op
@@ -724,7 +725,7 @@ def scatter(a: Arena, send: Array, recv: Array, op: Op | None = None, root: int 
         elif r == root:
             a.eager_bcast(send, root)
         else:
-            a.eager_bcast(recv, root, (r - (apart and r > root)) * n)
+            a.eager_bcast(recv, root, scatter_skip(r, root, n, recv.nbytes))
         if r == root:
             recv[...] = send[lo:hi]  # (its own place when in place: harmless)
         return

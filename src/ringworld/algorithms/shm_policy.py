@@ -121,6 +121,14 @@ def scatter_apart(nbytes: int) -> bool:
     return nbytes >= SCATTER_APART
 
 
+def scatter_skip(r: int, root: int, n: int, nbytes: int) -> int:
+    """Where rank ``r``'s block of ``n`` elements (``nbytes`` bytes) lies in a scatter root's
+    eager entry, in elements: block r, or one block earlier past the root where the entry
+    leaves the root's own out (:func:`scatter_apart`). The root's copy in and every reader
+    go by this one layout."""
+    return (r - (r > root and scatter_apart(nbytes))) * n
+
+
 #: bytes of a window area: larger transfers go through the windows a chunk at a time
 CHUNK = 2 << 20
 #: the collectives that have a direct path, and the ones among them whose paths may race

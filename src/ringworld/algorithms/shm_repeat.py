@@ -35,6 +35,7 @@ from ringworld.algorithms.shm_policy import (
     gathers_direct,
     gathers_eager,
     scatter_apart,
+    scatter_skip,
 )
 from ringworld.algorithms.shm_vector import (
     alltoallv_take,
@@ -74,14 +75,12 @@ def quick(a: Arena, coll: str, send: Array, recv: Array, op: Op | None,
         n = recv.size
         if recv.nbytes * p > EAGER_MAX:
             return None
-        if not scatter_apart(recv.nbytes):
-            if r == root:
-                return a.bcast_runner(root, send, own=slice(r * n, (r + 1) * n))
-            return a.bcast_runner(root, recv, skip=r * n, whole=recv.nbytes * p)
-        if r == root:  # (the entry holds the others' blocks only)
-            return a.bcast_runner(root, send[n:], own=slice(r * n, (r + 1) * n), apart=True)
-        return a.bcast_runner(root, recv, skip=(r - (r > root)) * n,
-                              whole=recv.nbytes * (p - 1))
+        apart = scatter_apart(recv.nbytes)  # (the entry without the root's own block)
+        if r == root:
+            return a.bcast_runner(root, send[n:] if apart else send,
+                                  own=slice(r * n, (r + 1) * n), apart=apart)
+        return a.bcast_runner(root, recv, skip=scatter_skip(r, root, n, recv.nbytes),
+                              whole=recv.nbytes * (p - apart))
     if coll == "allreduce" and op is not None and recv.nbytes <= a.small_reduce:
         return _allreduce(a, op, _by_epoch(a, dt, recv.size))
     if coll == "reduce" and op is not None and send.nbytes <= a.small_reduce:
