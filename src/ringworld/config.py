@@ -75,6 +75,7 @@ class Config(NamedTuple):
     launcher: str = ""  # "" (ringworld run, or none), "torchrun", "slurm", "mpich", "openmpi"
     local_rank: int = 0
     serve_store: bool = False  # rank 0 serves the job store at store_addr (no ringworld run)
+    agent_store: str | None = None  # torchrun's agent store, where rank 0 publishes its port
     host: str | None = None  # RINGWORLD_HOST: the label of this rank's host (launcher-set)
     iface: str | None = None  # RINGWORLD_IFACE: the network interface TCP listens on
 
@@ -174,6 +175,7 @@ def from_env(env: Mapping[str, str] | None = None, *, detect_launcher: bool = Tr
         launcher="" if launch is None else launch.launcher,
         local_rank=0 if launch is None else launch.local_rank,
         serve_store=launch is not None and launch.size > 1,
+        agent_store=None if launch is None or e.get("RINGWORLD_STORE") else launch.agent_store,
         host=e.get("RINGWORLD_HOST") or None,
         iface=e.get("RINGWORLD_IFACE") or None,
     )

@@ -19,9 +19,10 @@ slurm      SLURM_PROCID, SLURM_STEP_NUM_TASKS or        first host of SLURM_STEP
 ``MASTER_ADDR``/``MASTER_PORT``, when both are set, are the rendezvous for every launcher
 (``RINGWORLD_STORE=host:port`` overrides them; see :mod:`ringworld.config`). Rank 0 serves the
 store there, as torch does. Under real ``torchrun`` (``TORCHELASTIC_USE_AGENT_STORE=True``) the
-agent's own torch store already holds ``MASTER_PORT``, so Ringworld's rank 0 serves
-``MASTER_PORT + 1``. The mpiexec rule needs the ranks of a host to be children of one launcher
-agent (hydra_pmi_proxy, prted); anything else sets ``MASTER_ADDR``/``MASTER_PORT``.
+agent's own torch store already holds ``MASTER_PORT``: Ringworld's rank 0 serves on a port the
+kernel picks and publishes it in the agent's store, where the other ranks read it
+(:func:`agent_store_port`). The mpiexec rule needs the ranks of a host to be children of one
+launcher agent (hydra_pmi_proxy, prted); anything else sets ``MASTER_ADDR``/``MASTER_PORT``.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import stat
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from ringworld.errors import ConfigError
+from ringworld.errors import BootstrapError, ConfigError
 
 #: ports derived from a Slurm job/step or a parent pid fall in [PORT_BASE, PORT_BASE + PORT_SPAN),
 #: below Linux's default ephemeral range (32768-60999), so they rarely meet a client's port.
@@ -55,6 +56,7 @@ class Launch(NamedTuple):
     port: int | None
     job_hint: str           # shared by every rank of the job; becomes the shm job id's prefix
     rank_var: str           # the variable the rank came from (for messages)
+    agent_store: str | None = None  # torchrun's agent store "host:port" (port is then 0)
 
 
 def _int(env: Mapping[str, str], name: str, default: int | None = None) -> int | None:
@@ -159,12 +161,16 @@ def detect(env: Mapping[str, str], ppid: int | None = None) -> Launch | None:
     host: str | None = None
     port: int | None = None
     hint = name
+    agent: str | None = None
     if env.get("MASTER_ADDR", "").strip() and env.get("MASTER_PORT", "").strip():
         host = env["MASTER_ADDR"].strip()
         port = _port(env["MASTER_PORT"].strip(), "MASTER_PORT")
+        hint = (f"{name}{host}{port}{env.get('TORCHELASTIC_RUN_ID', '')}."
+                f"{env.get('TORCHELASTIC_RESTART_COUNT', '')}")
         if name == "torchrun" and env.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
-            port = port + 1 if port < 65535 else port - 1  # the agent's torch store has it
-        hint = f"{name}{host}{port}{env.get('TORCHELASTIC_RUN_ID', '')}"
+            # the agent's torch store has MASTER_PORT: rank 0 takes a free port and says which
+            agent = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            port = 0
     elif name == "slurm":
         job = _int(env, "SLURM_JOB_ID", 0) or 0
         step_raw = env.get("SLURM_STEP_ID", "0").strip()
@@ -182,7 +188,7 @@ def detect(env: Mapping[str, str], ppid: int | None = None) -> Launch | None:
         hint = f"{name}{parent}"
     rank_var = {"torchrun": "RANK", "openmpi": "OMPI_COMM_WORLD_RANK", "mpich": "PMI_RANK",
                 "slurm": "SLURM_PROCID"}[name]
-    return Launch(name, rank, size, local, host, port, job_id_from(hint), rank_var)
+    return Launch(name, rank, size, local, host, port, job_id_from(hint), rank_var, agent)
 
 
 def job_id_from(text: str) -> str:
@@ -203,6 +209,52 @@ def missing_rendezvous(launch: Launch) -> ConfigError:
         f"{launch.size}) but there is no rendezvous address: {why}. Set MASTER_ADDR and "
         "MASTER_PORT (a host every rank can reach, where rank 0 serves the job store), or "
         "RINGWORLD_STORE=host:port, in every rank's environment")
+
+
+def agent_store_port(agent: str, key: str, port: int | None, timeout: float) -> int:
+    """Under real torchrun: publish ``port`` (rank 0, where it serves Ringworld's job store)
+    at ``key`` in the agent's torch store at ``agent`` ("host:port"), or, with ``port`` None,
+    wait at most ``timeout`` s for rank 0 to publish it; return the port.
+
+    The agent's store only carries the port: Ringworld's store still authenticates every
+    client with the job secret. Needs torch (torchrun's own Python has it).
+
+    Raises:
+        BootstrapError: torch is missing, the agent's store cannot be reached, or rank 0 did
+            not publish the port in time.
+    Cost: one TCP connection to the agent's store (and torch's import if not yet imported).
+    """
+    from datetime import timedelta
+
+    host, _, agent_port = agent.rpartition(":")
+    try:
+        from torch.distributed import TCPStore
+    except ImportError as exc:
+        raise BootstrapError(
+            f"torchrun started this rank with its agent's store at {agent}, where Ringworld's "
+            f"rank 0 says which port it serves the job store on, but torch does not import "
+            f"here ({exc}); set RINGWORLD_STORE=host:port (a free port on rank 0's host) "
+            "instead") from None
+    what = "publish" if port is not None else "read"
+    try:
+        store = TCPStore(host.strip("[]"), int(agent_port), is_master=False,
+                         timeout=timedelta(seconds=timeout), wait_for_workers=False)
+        if port is not None:
+            store.set(key, str(port))
+            return port
+        raw = store.get(key)
+    except Exception as exc:  # torch's DistStoreError and friends (RuntimeError subclasses)
+        why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if port is None and "imeout" in why:
+            why = f"rank 0 did not publish it within {timeout:g} s (did it reach init?)"
+        raise BootstrapError(
+            f"cannot {what} the port of Ringworld's job store in torchrun's agent store at "
+            f"{agent}: {why}") from None
+    text = bytes(raw).decode("ascii", "replace")
+    if not text.isdigit() or not 0 < int(text) < 65536:
+        raise BootstrapError(f"torchrun's agent store at {agent} holds {text[:40]!r} at {key}, "
+                             "not the port of Ringworld's job store")
+    return int(text)
 
 
 # ------------------------------------------------------------------ the job secret

@@ -29,6 +29,7 @@ from ringworld.errors import (
     RingworldError,
     StoreError,
 )
+from ringworld.other_launchers import agent_store_port
 from ringworld.store.base import Store
 from ringworld.transport.base import Transport
 from ringworld.tuning.select import job_selector
@@ -247,24 +248,35 @@ def _start_backend(name: str, timeout: float | None) -> Communicator:
 def _rendezvous(cfg: _config.Config) -> tuple[Store, _config.Config]:
     """Connect to the job store. Without ``ringworld run`` (``cfg.serve_store``) rank 0 serves
     it first, and rank 0 draws this run's job id (``<derived id>.<random>``), so reruns and
-    concurrent jobs never share shared-memory names; the returned config carries it.
+    concurrent jobs never share shared-memory names; the returned config carries it. Under
+    real torchrun rank 0 serves on a free port and says which through the agent's store.
 
     Raises:
         BootstrapError: rank 0 cannot listen at the rendezvous address (port taken), or the
-            store cannot be reached.  ConfigError: the secret is too short for the address.
+            store (or torchrun's agent store) cannot be reached.
+        ConfigError: the secret is too short for the address.
     """
     global _server, _leave_count
     if not cfg.serve_store:
         return _connect_store(cfg), cfg
     if cfg.rank == 0:
         _server = _serve_store(cfg)
-    store = _connect_store(cfg)
+    store: Store | None = None
     try:
+        if cfg.agent_store is not None:  # real torchrun: rank 0's port goes through its agent
+            host = (cfg.store_addr or "").rpartition(":")[0]
+            port = agent_store_port(cfg.agent_store, f"ringworld/store/{cfg.job_id}",
+                                    None if _server is None else _server.address[1],
+                                    BOOTSTRAP_TIMEOUT)
+            cfg = cfg._replace(store_addr=f"{host}:{port}")
+        store = _connect_store(cfg)
         if cfg.rank == 0:
             store.set("rw/boot/job", f"{cfg.job_id}.{os.urandom(4).hex()}".encode())
         job_id = store.get("rw/boot/job", BOOTSTRAP_TIMEOUT).decode()
     except BaseException:
-        store.close()
+        if store is not None:
+            store.close()
+        _stop_serving()
         raise
     _leave_count = cfg.size
     return store, cfg._replace(job_id=job_id)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import stat
 import threading
 from pathlib import Path
@@ -11,7 +12,7 @@ import pytest
 
 from ringworld import config
 from ringworld import other_launchers as launchers
-from ringworld.errors import ConfigError
+from ringworld.errors import BootstrapError, ConfigError
 
 SECRET = "ab" * 32
 
@@ -36,9 +37,35 @@ def test_torchrun_variables() -> None:
     assert got is not None
     assert (got.launcher, got.rank, got.size, got.local_rank) == ("torchrun", 3, 4, 1)
     assert (got.host, got.port) == ("127.0.0.1", 29400)
-    # real torchrun: its agent's torch store holds MASTER_PORT, so Ringworld takes the next
+    assert got.agent_store is None
+    # real torchrun: its agent's torch store holds MASTER_PORT; rank 0 takes a free port (0)
+    # and publishes it there
     agent = launchers.detect(torchrun(0, TORCHELASTIC_USE_AGENT_STORE="True"))
-    assert agent is not None and agent.port == 29401
+    assert agent is not None and (agent.port, agent.agent_store) == (0, "127.0.0.1:29400")
+    cfg = config.from_env(torchrun(0, TORCHELASTIC_USE_AGENT_STORE="True"))
+    assert (cfg.store_addr, cfg.agent_store) == ("127.0.0.1:0", "127.0.0.1:29400")
+    # RINGWORLD_STORE overrides the launcher's rendezvous, the agent's store included
+    cfg = config.from_env(torchrun(0, TORCHELASTIC_USE_AGENT_STORE="True",
+                                   RINGWORLD_STORE="127.0.0.1:5000"))
+    assert (cfg.store_addr, cfg.agent_store) == ("127.0.0.1:5000", None)
+
+
+def test_agent_store_carries_rank0s_port_and_says_what_went_wrong() -> None:
+    dist = pytest.importorskip("torch.distributed", reason="the agent's store is torch's")
+    master = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    agent = f"127.0.0.1:{master.port}"
+    assert launchers.agent_store_port(agent, "rw/a", 4321, 5.0) == 4321  # rank 0
+    assert launchers.agent_store_port(agent, "rw/a", None, 5.0) == 4321  # the others
+    with pytest.raises(BootstrapError, match=r"rank 0 did not publish it within 0\.5 s"):
+        launchers.agent_store_port(agent, "rw/never", None, 0.5)
+    master.set("rw/bad", "http")
+    with pytest.raises(BootstrapError, match="holds 'http' at rw/bad, not the port"):
+        launchers.agent_store_port(agent, "rw/bad", None, 5.0)
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        gone = f"127.0.0.1:{s.getsockname()[1]}"
+    with pytest.raises(BootstrapError, match=f"cannot read .* agent store at {gone}"):
+        launchers.agent_store_port(gone, "rw/a", None, 0.5)
 
 
 def test_torchrun_without_master_is_an_error_naming_the_variables() -> None:
