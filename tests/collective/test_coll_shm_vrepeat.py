@@ -395,10 +395,11 @@ def _in_slots(comm: ringworld.Communicator, coll: str, crowded: bool) -> bool:
 
 
 # ----------------------------------------------------------------------- large blocks
-def _rooted_edge(ch: Checker, big: int, fits: bool) -> None:
+def _rooted_edge(ch: Checker, big: int, fits: bool, large_root: bool = False) -> None:
     """A gatherv to root 0 where rank 1's block is ``big`` (the root and rank 1 know it), and
     a scatterv from the last rank whose blocks for the others sum to ``big``, repeated: a
-    runner everywhere where they ``fits``, else ``RUN``'s entry on the ranks that know it."""
+    runner everywhere where they ``fits``, else ``RUN``'s entry on the ranks that know it
+    (but a runner at the scatterv's root where ``large_root``: the eager ring's large steps)."""
     p, r = ch.comm.size, ch.comm.rank
     counts = [2] * p
     counts[1] = big
@@ -409,7 +410,7 @@ def _rooted_edge(ch: Checker, big: int, fits: bool) -> None:
     counts[0] = big - (p - 2)
     shape = Shape("scatterv", p, F64, layout="padded", counts=counts, root=p - 1)
     ch.repeats(shape, PLAN[:4])
-    ch.kept("scatterv", fits or r != p - 1, f"{shape!r} big={big}")
+    ch.kept("scatterv", fits or r != p - 1 or large_root, f"{shape!r} big={big}")
 
 
 def _large(comm: ringworld.Communicator) -> list[str]:
@@ -704,28 +705,35 @@ def test_mismatches_on_eager_repeats_raise_where_seen_and_leave_it_usable() -> N
     assert run_processes(3, _mismatches, True, timeout=WAIT) == [[]] * 3
 
 
-def _entry_edges(comm: ringworld.Communicator) -> list[str]:
+def _entry_edges(comm: ringworld.Communicator, direct: bool) -> list[str]:
     """Crowded windows: a gatherv block and a scatterv root's blocks for the others that just
     fit an eager entry (runners everywhere) and one element more (``RUN``'s entry on the ranks
-    that know it; the others' runners take the rest of the call as shm_vector's steps do:
-    the root's large header, blocks read straight or the message path), repeated, right."""
+    that know it, but the scatterv's root where ranks may read each other's memory: its
+    runner of the large steps; the others' runners take the rest of the call as shm_vector's
+    steps do: the root's large header, blocks read straight or the message path), repeated,
+    right."""
     p = comm.size
     ch = Checker(comm, slots=False)
     comm.allreduce(np.ones(1), np.zeros(1))  # (maps the windows)
     a = comm._arena
     assert a is not None and a.crowded
+    if direct and not a.direct:
+        return []  # (ranks may not read each other's memory here: nothing to check)
+    a.direct = direct  # (on every rank alike)
     room = (EAGER_MAX - shm_vector._head_bytes(p)) // F64.itemsize  # (elements an entry holds)
     for extra in (0, 1):
         # (gatherv through the slots where ranks may not write each other's memory: the same
         # room there)
-        _rooted_edge(ch, room + extra, extra == 0)
+        _rooted_edge(ch, room + extra, extra == 0, a.direct)
     return ch.errors
 
 
 @pytest.mark.usefixtures("crowded")
+@pytest.mark.parametrize("direct", [True, False])
 @pytest.mark.parametrize("size", [2, 3])
-def test_blocks_too_large_for_an_eager_entry_make_no_runner_there(size: int) -> None:
-    results = run_processes(size, _entry_edges, timeout=WAIT)
+def test_blocks_too_large_for_an_eager_entry_make_no_runner_there(size: int, direct: bool
+                                                                 ) -> None:
+    results = run_processes(size, _entry_edges, direct, timeout=WAIT)
     assert [e for errs in results for e in errs] == []
 
 

@@ -220,8 +220,9 @@ def quick_vector(a: Arena, coll: str, spec: Spec, send: Array, recv: Array
     and ``recv``'s dtype and size, that takes the same steps; None where such a call does not
     go through the slots with every block of this rank's in its slot, nor through the eager
     rings with every block in an entry (ranks that share cores take those for a scatterv, and
-    for a gatherv where they may write each other's memory: see shm_vector; larger blocks;
-    reduce_scatter). Cost: the slots' or entries' views and this rank's header words, once."""
+    for a gatherv where they may write each other's memory: see shm_vector; larger blocks,
+    but a crowded scatterv's root where ranks may read each other's memory; reduce_scatter).
+    Cost: the slots' or entries' views and this rank's header words, once."""
     if coll == "reduce_scatter":
         return None
     dt = send.dtype if coll == "gatherv" else recv.dtype
