@@ -260,7 +260,7 @@ class Communicator(CommManagement):
         a = self._arena
         e = self._engine
         if (timeout is None and a is not None and not (
-                e.mismatched or e.remote_mismatches or e.strays or e.revoked)):
+                e.mismatched or e.remote_mismatches or e.strays or e.revoked or e.closed)):
             a.begin_signed(coll, None, sig, self._next_seq())
             return a
         return self._shm(coll, timeout, sig=sig)

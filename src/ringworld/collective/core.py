@@ -143,7 +143,7 @@ class CollectiveCore(ObjectCollectives):
         e = self._engine
         # (Communicator._kept_begin skips this method where none of these flags is up: a
         # check added here must be added to its test too)
-        if e.mismatched or e.remote_mismatches or e.strays or e.revoked:
+        if e.mismatched or e.remote_mismatches or e.strays or e.revoked or e.closed:
             self._check_open()  # revoked (the repeat path checks nothing before this)
             e.check_mismatched(self.coll_context)  # the sequence broke earlier
         if self._arena is None:
@@ -255,7 +255,7 @@ class CollectiveCore(ObjectCollectives):
         """
         a, sig, e = self._arena, self._barrier_sig, self._engine
         if (sig is not None and a is not None and algorithm is None and timeout is None
-                and not (e.mismatched or e.remote_mismatches or e.strays or e.revoked)):
+                and not (e.mismatched or e.remote_mismatches or e.strays or e.revoked or e.closed)):
             # a repeat in the windows: _barrier's steps without the choice (np=4 on 2 cores,
             # where every step costs twice its time after the ranks' turns on a core)
             a.begin_signed("barrier", None, sig, self._next_seq())

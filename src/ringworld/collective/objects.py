@@ -19,7 +19,7 @@ from ringworld.comm import serialize as objects
 from ringworld.comm.hooks import observable, observed
 from ringworld.comm.point_to_point import PointToPoint
 from ringworld.comm.requests import SEQ_MASK, SIG_SHIFT, Request, wait_all
-from ringworld.errors import CommError, PeerFailure, Timeout
+from ringworld.errors import CommBroken, CommError, PeerFailure, Timeout
 
 
 class _Encoded:
@@ -66,6 +66,8 @@ class ObjectCollectives(PointToPoint):
     def _check_open(self) -> None:
         if self._freed:
             raise CommError(f"{self.name} was freed; it cannot be used any more")
+        if self._engine.closed:  # (the reason: ringworld.finalize() ran)
+            raise CommBroken(str(self._engine.broken))
         revoked = self._engine.revoked
         if revoked and self.coll_context in revoked:
             raise revoked[self.coll_context]

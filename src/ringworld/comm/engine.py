@@ -120,6 +120,7 @@ class Engine(CallChecks):
         # running ahead (a bcast loop's) fills with thousands of later calls' messages
         self._signed: defaultdict[int, dict[int, dict[int, int]]] = defaultdict(dict)
         self.broken: BaseException | None = None
+        self.closed = False  # close() ran (ringworld.finalize): every later operation raises
         self.dead: dict[int, PeerFailure] = {}  # world rank -> how it failed
         self._deliver = self.deliver
         self._next_context = FIRST_FREE_CONTEXT
@@ -741,15 +742,21 @@ class Engine(CallChecks):
     def _check_broken(self) -> None:
         if self.broken is not None:
             b = self.broken
+            if self.closed:
+                raise CommBroken(str(b))
             raise CommBroken(f"the communicator failed earlier: {b}") from b
 
     def close(self) -> None:
-        """Close every transport; idempotent."""
+        """Close every transport; idempotent. Every later operation of this rank raises
+        CommBroken (a send would otherwise find no route and land in this rank's own queue)."""
         self.placement.close()
         for t in self.transports:
             t.close()
         self.transports = []
         self.route = [None] * self.size
+        self._break(CommBroken(f"rank {self.rank}: ringworld.finalize() has run here; no "
+                               "communicator of this job can be used any more"))
+        self.closed = True
 
 
 def _find(queue: list[Incoming], source: int, tag: int) -> int:

@@ -64,6 +64,9 @@ def _world() -> ringworld.Communicator:
     world = _runtime._world  # the common case inline: the native world, already made
     if type(world) is _Communicator:
         return world
+    if _runtime.finalized():
+        raise RuntimeError("ringworld.MPI: MPI.Finalize() (or ringworld.finalize()) has run in "
+                           "this process; no communication may follow it")
     world = ringworld.world()
     if not isinstance(world, _Communicator):
         raise RuntimeError(
