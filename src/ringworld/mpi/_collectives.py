@@ -197,10 +197,7 @@ class Collectives:
     """Collective operations of every communicator (mixed into ``MPI.Comm``)."""
 
     __slots__ = ()
-
-    @property
-    def _native(self) -> ringworld.Communicator:
-        raise NotImplementedError
+    _native: ringworld.Communicator  # the native communicator (MPI.Comm's slot)
 
     # -- barrier and broadcast ------------------------------------------------------------
 
