@@ -1,4 +1,5 @@
-"""The TCP transport: one authenticated, non-blocking stream socket per peer.
+"""The TCP transport: one authenticated stream socket per peer, driven without blocking (but
+for one read: a wait on a large payload from a lone peer blocks in it, see TcpTransport._block).
 
 Bootstrap (:meth:`TcpTransport.create`, in :mod:`.tcp_bootstrap`): every rank connects to every
 lower rank and accepts every higher one; each connection is authenticated with the job secret,
@@ -91,6 +92,16 @@ __all__ = [
 ]
 
 _NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)
+_DONTWAIT = getattr(socket, "MSG_DONTWAIT", 0)
+_WAITALL = getattr(socket, "MSG_WAITALL", 0)
+_SEND_NOW = _NOSIGNAL | _DONTWAIT
+#: a wait may block in the read of the payload it waits on (see TcpTransport._block): the
+#: sockets are blocking, and every other call says MSG_DONTWAIT
+_CAN_BLOCK = bool(_DONTWAIT and _WAITALL and hasattr(socket, "SO_RCVLOWAT"))
+#: seconds such a read blocks at most (SO_RCVTIMEO), and the bytes that must have arrived
+#: before it wakes (SO_RCVLOWAT, set for the read only)
+BLOCK_SLICE = 0.002
+BLOCK_LOWAT = 1 << 20
 _IOV_MAX = 512
 _STAGE_BYTES = 256 << 10
 _DIRECT_BYTES = 64 << 10  # payload rests at least this big are received straight into place
@@ -274,7 +285,7 @@ class TcpTransport(Transport):
     """
 
     name = "tcp"
-    wakes_on_arrival = True  # (wait_event: one epoll_wait on the peers' sockets)
+    wakes_on_arrival = True  # (wait_event: one epoll_wait on the peers' sockets, or a read)
 
     def __init__(
         self, rank: int, sockets: Mapping[int, socket.socket], *, checksum: bool = False,
@@ -296,7 +307,10 @@ class TcpTransport(Transport):
         self._hsize = _CHECKED_HEADER if checksum else HEADER.size
         for peer_rank in self.peers:
             sock = sockets[peer_rank]
-            sock.setblocking(False)
+            sock.setblocking(_CAN_BLOCK)  # (blocking: only _block's read blocks, see _CAN_BLOCK)
+            if _CAN_BLOCK:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO,
+                                struct.pack("ll", 0, int(BLOCK_SLICE * 1e6)))
             if sock.family in (socket.AF_INET, socket.AF_INET6):  # AF_UNIX pairs work too
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             peer = _Peer(peer_rank, sock)
@@ -380,7 +394,7 @@ class TcpTransport(Transport):
         sent = 0
         if not peer.sendq and len(segments) < _IOV_MAX - 1:
             try:
-                sent = peer.sock.sendmsg([header, *segments, tail], (), _NOSIGNAL)
+                sent = peer.sock.sendmsg([header, *segments, tail], (), _SEND_NOW)
             except (BlockingIOError, InterruptedError):
                 sent = 0
             except OSError as exc:
@@ -409,7 +423,7 @@ class TcpTransport(Transport):
             batch = list(itertools.islice(q, _IOV_MAX))
             offered = sum(len(b) for b in batch)
             try:
-                sent = peer.sock.sendmsg(batch, (), _NOSIGNAL)
+                sent = peer.sock.sendmsg(batch, (), _SEND_NOW)
             except (BlockingIOError, InterruptedError):
                 break
             except OSError as exc:
@@ -593,7 +607,7 @@ class TcpTransport(Transport):
     def _recv(self, peer: _Peer, view: memoryview) -> int:
         """``recv_into`` without blocking; 0 means "nothing now". Raises on EOF/reset."""
         try:
-            n = peer.sock.recv_into(view)
+            n = peer.sock.recv_into(view, 0, _DONTWAIT)
         except (BlockingIOError, InterruptedError):
             return 0
         except OSError as exc:
@@ -640,7 +654,35 @@ class TcpTransport(Transport):
                 return
             if peer.state == _WANT_HEADER and peer.rend - peer.rpos >= peer.skip + self._hsize:
                 return
+        if len(self._live) == 1 and self._block(self._live[0]):
+            return
         self._sel.select(max(timeout, 0.0))
+
+    def _block(self, peer: _Peer) -> bool:
+        """Where this rank waits on the payload being read from its one peer, with nothing of
+        its own queued to send: block in that read, as a blocking socket does, for at most
+        BLOCK_SLICE, woken only once BLOCK_LOWAT bytes (or the rest) have arrived; False where
+        that does not hold (the caller waits in epoll). Beside a busy process (2 cores), a 16
+        MiB stream moved 1.76-1.81 GB/s through epoll waits, 2.8-3.1 through these (quiet:
+        3.3-3.5 either way, its waits spin); the loaded wake-ups each moved 381 KiB on average.
+        Raises nothing: a broken connection is left to the next poll, which fails the peer."""
+        target = peer.target
+        if (not _CAN_BLOCK or peer.sendq or peer.state != _WANT_PAYLOAD or target is None
+                or peer.skip or peer.rend != peer.rpos
+                or len(target) - peer.tpos < _DIRECT_BYTES):
+            return False
+        sock = peer.sock
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT,
+                            min(len(target) - peer.tpos, BLOCK_LOWAT))
+            try:
+                n = sock.recv_into(target[peer.tpos :], 0, _WAITALL)
+            finally:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, 1)
+        except OSError:
+            return True  # (its timeout; or a broken connection: see above)
+        peer.tpos += n  # (0: the peer closed; the next poll's read fails it)
+        return True
 
     def close(self) -> None:
         """Close every peer socket and the selector; idempotent. Queued sends are dropped."""
