@@ -2,7 +2,7 @@
 blocking socket does: the data lands whole and right (checksums on and off), the socket's
 wake-up mark is back to one byte afterwards (small messages still wake the waiter), a rank
 with sends queued waits in epoll instead, and a peer that closes mid-payload ends the read at
-once and fails at the next poll."""
+once and fails at the next poll. A wait shorter than the read's slice waits in epoll."""
 
 from __future__ import annotations
 
@@ -83,6 +83,9 @@ def test_a_wait_reads_the_payload_itself_then_small_messages_still_wake_it(
         while into.pending is None:  # the header, and what has arrived of the payload
             ta.poll(into)
         peer = ta._peers[1]
+        before = peer.tpos
+        ta.wait_event(tcp.BLOCK_SLICE / 4)  # (shorter than a blocking read may take: epoll)
+        assert peer.tpos == before
         read_by_waits = 0
         for _ in range(10_000):
             if into.got:

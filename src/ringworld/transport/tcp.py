@@ -654,8 +654,8 @@ class TcpTransport(Transport):
                 return
             if peer.state == _WANT_HEADER and peer.rend - peer.rpos >= peer.skip + self._hsize:
                 return
-        if len(self._live) == 1 and self._block(self._live[0]):
-            return
+        if timeout >= BLOCK_SLICE and len(self._live) == 1 and self._block(self._live[0]):
+            return  # (a shorter wait, one near its deadline, sleeps in epoll for just that)
         self._sel.select(max(timeout, 0.0))
 
     def _block(self, peer: _Peer) -> bool:
