@@ -21,7 +21,7 @@ slurm      SLURM_PROCID, SLURM_STEP_NUM_TASKS or        first host of SLURM_STEP
 store there, as torch does. Under real ``torchrun`` (``TORCHELASTIC_USE_AGENT_STORE=True``) the
 agent's own torch store already holds ``MASTER_PORT``: Ringworld's rank 0 serves on a port the
 kernel picks and publishes it in the agent's store, where the other ranks read it
-(:func:`agent_store_port`). The mpiexec rule needs the ranks of a host to be children of one
+(:class:`AgentStore`). The mpiexec rule needs the ranks of a host to be children of one
 launcher agent (hydra_pmi_proxy, prted); anything else sets ``MASTER_ADDR``/``MASTER_PORT``.
 """
 
@@ -165,8 +165,7 @@ def detect(env: Mapping[str, str], ppid: int | None = None) -> Launch | None:
     if env.get("MASTER_ADDR", "").strip() and env.get("MASTER_PORT", "").strip():
         host = env["MASTER_ADDR"].strip()
         port = _port(env["MASTER_PORT"].strip(), "MASTER_PORT")
-        hint = (f"{name}{host}{port}{env.get('TORCHELASTIC_RUN_ID', '')}."
-                f"{env.get('TORCHELASTIC_RESTART_COUNT', '')}")
+        hint = f"{name}{host}{port}{env.get('TORCHELASTIC_RUN_ID', '')}"
         if name == "torchrun" and env.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
             # the agent's torch store has MASTER_PORT: rank 0 takes a free port and says which
             agent = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
@@ -211,50 +210,76 @@ def missing_rendezvous(launch: Launch) -> ConfigError:
         "RINGWORLD_STORE=host:port, in every rank's environment")
 
 
-def agent_store_port(agent: str, key: str, port: int | None, timeout: float) -> int:
-    """Under real torchrun: publish ``port`` (rank 0, where it serves Ringworld's job store)
-    at ``key`` in the agent's torch store at ``agent`` ("host:port"), or, with ``port`` None,
-    wait at most ``timeout`` s for rank 0 to publish it; return the port.
+class AgentStore:
+    """Under real torchrun: the agent's torch store (``agent``, "host:port"), where Ringworld's
+    rank 0 publishes the port of its job store with a nonce, and the other ranks read them.
 
-    The agent's store only carries the port: Ringworld's store still authenticates every
-    client with the job secret. Needs torch (torchrun's own Python has it).
+    The agent's store lives as long as the agent, across restarts of its workers, so an entry
+    may be an earlier attempt's: the readers check the nonce against the store they reach (see
+    ``runtime``). It carries no secret: Ringworld's store still authenticates every client.
+    Needs torch (torchrun's own Python has it). Cost: one TCP connection, and torch's import
+    if not yet imported.
 
     Raises:
-        BootstrapError: torch is missing, the agent's store cannot be reached, or rank 0 did
-            not publish the port in time.
-    Cost: one TCP connection to the agent's store (and torch's import if not yet imported).
+        BootstrapError: torch is missing, or the agent's store cannot be reached.
     """
-    from datetime import timedelta
 
-    host, _, agent_port = agent.rpartition(":")
-    try:
-        from torch.distributed import TCPStore
-    except ImportError as exc:
-        raise BootstrapError(
-            f"torchrun started this rank with its agent's store at {agent}, where Ringworld's "
-            f"rank 0 says which port it serves the job store on, but torch does not import "
-            f"here ({exc}); set RINGWORLD_STORE=host:port (a free port on rank 0's host) "
-            "instead") from None
-    what = "publish" if port is not None else "read"
-    try:
-        store = TCPStore(host.strip("[]"), int(agent_port), is_master=False,
-                         timeout=timedelta(seconds=timeout), wait_for_workers=False)
-        if port is not None:
-            store.set(key, str(port))
-            return port
-        raw = store.get(key)
-    except Exception as exc:  # torch's DistStoreError and friends (RuntimeError subclasses)
-        why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        if port is None and "imeout" in why:
-            why = f"rank 0 did not publish it within {timeout:g} s (did it reach init?)"
-        raise BootstrapError(
-            f"cannot {what} the port of Ringworld's job store in torchrun's agent store at "
-            f"{agent}: {why}") from None
-    text = bytes(raw).decode("ascii", "replace")
-    if not text.isdigit() or not 0 < int(text) < 65536:
-        raise BootstrapError(f"torchrun's agent store at {agent} holds {text[:40]!r} at {key}, "
-                             "not the port of Ringworld's job store")
-    return int(text)
+    def __init__(self, agent: str, timeout: float) -> None:
+        from datetime import timedelta
+
+        host, _, port = agent.rpartition(":")
+        self.agent = agent
+        try:
+            from torch.distributed import TCPStore
+        except ImportError as exc:
+            raise BootstrapError(
+                f"torchrun started this rank with its agent's store at {agent}, where "
+                f"Ringworld's rank 0 says which port it serves the job store on, but torch does "
+                f"not import here ({exc}); set RINGWORLD_STORE=host:port (a free port on rank "
+                "0's host) instead") from None
+        try:
+            self._store = TCPStore(host.strip("[]"), int(port), is_master=False,
+                                   timeout=timedelta(seconds=timeout), wait_for_workers=False)
+        except Exception as exc:  # torch's DistNetworkError and friends (RuntimeErrors)
+            raise BootstrapError(f"cannot reach torchrun's agent store at {agent}: "
+                                 f"{_first_line(exc)}") from None
+
+    def publish(self, key: str, port: int, nonce: str) -> None:
+        """Publish ``port`` and ``nonce`` at ``key`` (rank 0). Raises: BootstrapError."""
+        try:
+            self._store.set(key, f"{port} {nonce}")
+        except Exception as exc:
+            raise BootstrapError(f"cannot publish the port of Ringworld's job store in "
+                                 f"torchrun's agent store at {self.agent}: "
+                                 f"{_first_line(exc)}") from None
+
+    def read(self, key: str, timeout: float) -> tuple[int, str]:
+        """(port, nonce) at ``key``, waiting at most ``timeout`` s for rank 0 to publish them.
+
+        Raises:
+            BootstrapError: nothing there in time, or not a port and a nonce.
+        """
+        from datetime import timedelta
+
+        try:
+            self._store.set_timeout(timedelta(seconds=max(timeout, 0.001)))
+            raw = bytes(self._store.get(key))
+        except Exception as exc:
+            why = _first_line(exc)
+            if "imeout" in why:
+                why = f"rank 0 did not publish it within {timeout:g} s (did it reach init?)"
+            raise BootstrapError(f"cannot read the port of Ringworld's job store in torchrun's "
+                                 f"agent store at {self.agent}: {why}") from None
+        port, _, nonce = raw.decode("ascii", "replace").partition(" ")
+        if not port.isdigit() or not 0 < int(port) < 65536 or not nonce:
+            raise BootstrapError(f"torchrun's agent store at {self.agent} holds {raw[:40]!r} at "
+                                 f"{key}, not the port of Ringworld's job store and a nonce")
+        return int(port), nonce
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 # ------------------------------------------------------------------ the job secret

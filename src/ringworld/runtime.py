@@ -29,7 +29,7 @@ from ringworld.errors import (
     RingworldError,
     StoreError,
 )
-from ringworld.other_launchers import agent_store_port
+from ringworld.other_launchers import AgentStore
 from ringworld.store.base import Store
 from ringworld.transport.base import Transport
 from ringworld.tuning.select import job_selector
@@ -49,6 +49,11 @@ _server: TCPStoreServer | None = None  # the job store rank 0 serves when no lau
 _leave_count = 0  # ranks that say goodbye through that store before rank 0 stops serving it
 LEAVE_TIMEOUT = 30.0
 BOOTSTRAP_TIMEOUT = 60.0
+# under real torchrun, a rank that finds rank 0's port in the agent's store: seconds one try at
+# that port may take (an entry from an earlier attempt names a port nobody serves now), and
+# between tries
+AGENT_TRY = 1.0
+AGENT_RETRY = 0.05
 
 
 def _connect_store(cfg: _config.Config, timeout: float = BOOTSTRAP_TIMEOUT) -> Store:
@@ -264,15 +269,13 @@ def _rendezvous(cfg: _config.Config) -> tuple[Store, _config.Config]:
     store: Store | None = None
     try:
         if cfg.agent_store is not None:  # real torchrun: rank 0's port goes through its agent
-            host = (cfg.store_addr or "").rpartition(":")[0]
-            port = agent_store_port(cfg.agent_store, f"ringworld/store/{cfg.job_id}",
-                                    None if _server is None else _server.address[1],
-                                    BOOTSTRAP_TIMEOUT)
-            cfg = cfg._replace(store_addr=f"{host}:{port}")
-        store = _connect_store(cfg)
-        if cfg.rank == 0:
-            store.set("rw/boot/job", f"{cfg.job_id}.{os.urandom(4).hex()}".encode())
-        job_id = store.get("rw/boot/job", BOOTSTRAP_TIMEOUT).decode()
+            store, cfg, job_id = _through_agent(cfg, AgentStore(cfg.agent_store,
+                                                                BOOTSTRAP_TIMEOUT))
+        else:
+            store = _connect_store(cfg)
+            if cfg.rank == 0:
+                store.set("rw/boot/job", f"{cfg.job_id}.{os.urandom(4).hex()}".encode())
+            job_id = store.get("rw/boot/job", BOOTSTRAP_TIMEOUT).decode()
     except BaseException:
         if store is not None:
             store.close()
@@ -280,6 +283,58 @@ def _rendezvous(cfg: _config.Config) -> tuple[Store, _config.Config]:
         raise
     _leave_count = cfg.size
     return store, cfg._replace(job_id=job_id)
+
+
+def _through_agent(cfg: _config.Config, agent: AgentStore
+                   ) -> tuple[Store, _config.Config, str]:
+    """Under real torchrun: rank 0 (serving on a port the kernel chose) draws the job id's
+    nonce, puts the id in its store and publishes port and nonce in the agent's store; the
+    others read them there and keep the first store they reach whose job id carries that
+    nonce. An entry left by an earlier attempt of the job (the agent's store outlives its
+    workers) names a port nobody serves now, or another job's store: they try again until
+    rank 0's entry replaces it, for at most BOOTSTRAP_TIMEOUT s.
+
+    Returns (the store, the config with its address, the job id).
+    Raises: BootstrapError (no store of this attempt answered in time), StoreError.
+    """
+    key = f"ringworld/store/{cfg.job_id}"
+    host = (cfg.store_addr or "").rpartition(":")[0]
+    if _server is not None:  # rank 0
+        nonce = os.urandom(4).hex()
+        port = _server.address[1]
+        cfg = cfg._replace(store_addr=f"{host}:{port}")
+        store = _connect_store(cfg)
+        try:
+            store.set("rw/boot/job", f"{cfg.job_id}.{nonce}".encode())
+            agent.publish(key, port, nonce)
+        except BaseException:
+            store.close()
+            raise
+        return store, cfg, f"{cfg.job_id}.{nonce}"
+    deadline = time.monotonic() + BOOTSTRAP_TIMEOUT
+    tried: list[str] = []
+    while True:
+        port, nonce = agent.read(key, deadline - time.monotonic())
+        found = cfg._replace(store_addr=f"{host}:{port}")
+        want = f"{found.job_id}.{nonce}"
+        reached: Store | None = None
+        try:
+            reached = _connect_store(found, min(AGENT_TRY,
+                                                max(0.1, deadline - time.monotonic())))
+            job = reached.get("rw/boot/job", AGENT_TRY).decode()
+            if job == want:
+                return reached, found, job
+            tried.append(f"port {port}: another job's store")
+        except RingworldError as exc:
+            tried.append(f"port {port}: {exc}")
+        if reached is not None:
+            reached.close()
+        if time.monotonic() >= deadline:
+            raise BootstrapError(
+                f"rank {cfg.rank}: no job store of this attempt answered at the ports torchrun's "
+                f"agent store at {agent.agent} named within {BOOTSTRAP_TIMEOUT:g} s (rank 0 "
+                f"publishes its port there; the last tried: {tried[-1]})")
+        time.sleep(AGENT_RETRY)
 
 
 def _serve_store(cfg: _config.Config) -> TCPStoreServer:

@@ -53,19 +53,20 @@ def test_torchrun_variables() -> None:
 def test_agent_store_carries_rank0s_port_and_says_what_went_wrong() -> None:
     dist = pytest.importorskip("torch.distributed", reason="the agent's store is torch's")
     master = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
-    agent = f"127.0.0.1:{master.port}"
-    assert launchers.agent_store_port(agent, "rw/a", 4321, 5.0) == 4321  # rank 0
-    assert launchers.agent_store_port(agent, "rw/a", None, 5.0) == 4321  # the others
+    agent = launchers.AgentStore(f"127.0.0.1:{master.port}", 5.0)
+    agent.publish("rw/a", 4321, "c0ffee")  # rank 0
+    assert agent.read("rw/a", 5.0) == (4321, "c0ffee")  # the others
     with pytest.raises(BootstrapError, match=r"rank 0 did not publish it within 0\.5 s"):
-        launchers.agent_store_port(agent, "rw/never", None, 0.5)
-    master.set("rw/bad", "http")
-    with pytest.raises(BootstrapError, match="holds 'http' at rw/bad, not the port"):
-        launchers.agent_store_port(agent, "rw/bad", None, 5.0)
+        agent.read("rw/never", 0.5)
+    for bad in ("http", "4321", "70000 ab"):
+        master.set("rw/bad", bad)
+        with pytest.raises(BootstrapError, match=f"holds b'{bad}' at rw/bad, not the port"):
+            agent.read("rw/bad", 5.0)
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         gone = f"127.0.0.1:{s.getsockname()[1]}"
-    with pytest.raises(BootstrapError, match=f"cannot read .* agent store at {gone}"):
-        launchers.agent_store_port(gone, "rw/a", None, 0.5)
+    with pytest.raises(BootstrapError, match=f"cannot reach torchrun's agent store at {gone}"):
+        launchers.AgentStore(gone, 0.5)
 
 
 def test_torchrun_without_master_is_an_error_naming_the_variables() -> None:

@@ -14,6 +14,7 @@ import re
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -152,6 +153,54 @@ def test_missing_rendezvous_names_the_variable(base_env: dict[str, str]) -> None
                          timeout=JOB_TIMEOUT, check=False)
     assert res.returncode != 0
     assert "ConfigError" in res.stderr and "MASTER_ADDR and MASTER_PORT" in res.stderr
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.usefixtures("shm_clean")
+def test_agent_store_entries_of_an_earlier_attempt_are_passed_over(
+        base_env: dict[str, str]) -> None:
+    """torchrun's agent store outlives its workers, so rank 1 may first find an entry an
+    earlier attempt's rank 0 left: a port nobody serves now, then (the port reused) another
+    store that knows the secret, whose job id does not carry the entry's nonce. It passes both
+    over and meets this attempt's rank 0."""
+    dist = pytest.importorskip("torch.distributed", reason="the agent's store is torch's")
+    from ringworld import other_launchers
+    from ringworld.store.tcp import TCPStore
+    from ringworld.store.tcp_server import TCPStoreServer
+
+    agent = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    make = _torchrun_env({**base_env, "TORCHELASTIC_USE_AGENT_STORE": "True",
+                          "TORCHELASTIC_RUN_ID": "again"}, 2, agent.port)
+    launch = other_launchers.detect(make(1))
+    assert launch is not None
+    key = f"ringworld/store/{launch.job_hint}"
+    agent.set(key, f"{_free_port()} 0badc0de")  # the earlier attempt's rank 0: gone
+    secret = other_launchers.user_secret(other_launchers.default_secret_file(base_env))
+    other = TCPStoreServer(secret)
+    host, port = other.start()
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        with TCPStore(host, port, secret, timeout=10) as client:
+            client.set("rw/boot/job", f"{launch.job_hint}.5eed5eed".encode())  # (not its nonce)
+        for r in (1, 0):  # (rank 0's entry, when it comes, is left alone)
+            procs.append(subprocess.Popen([sys.executable, str(PROG)], env=make(r), text=True,
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+            if r == 1:
+                time.sleep(1.5)
+                agent.set(key, f"{port} 0badc0de")  # (a store that answers: another job's)
+                time.sleep(1.5)
+        outs = []
+        for p in procs:
+            out, err = p.communicate(timeout=JOB_TIMEOUT)
+            assert p.returncode == 0, f"rank exited {p.returncode}:\n{out}\n{err}"
+            outs.append(out)
+        _check(outs, 2)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        other.close()
 
 
 def _torchrun_cmd() -> list[str] | None:
