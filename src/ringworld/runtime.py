@@ -312,7 +312,7 @@ def _through_agent(cfg: _config.Config, agent: AgentStore
             raise
         return store, cfg, f"{cfg.job_id}.{nonce}"
     deadline = time.monotonic() + BOOTSTRAP_TIMEOUT
-    tried: list[str] = []
+    tried = ""
     while True:
         port, nonce = agent.read(key, deadline - time.monotonic())
         found = cfg._replace(store_addr=f"{host}:{port}")
@@ -324,16 +324,16 @@ def _through_agent(cfg: _config.Config, agent: AgentStore
             job = reached.get("rw/boot/job", AGENT_TRY).decode()
             if job == want:
                 return reached, found, job
-            tried.append(f"port {port}: another job's store")
+            tried = f"port {port}: another job's store"
         except RingworldError as exc:
-            tried.append(f"port {port}: {exc}")
+            tried = f"port {port}: {exc}"
         if reached is not None:
             reached.close()
         if time.monotonic() >= deadline:
             raise BootstrapError(
                 f"rank {cfg.rank}: no job store of this attempt answered at the ports torchrun's "
                 f"agent store at {agent.agent} named within {BOOTSTRAP_TIMEOUT:g} s (rank 0 "
-                f"publishes its port there; the last tried: {tried[-1]})")
+                f"publishes its port there; the last tried: {tried})")
         time.sleep(AGENT_RETRY)
 
 

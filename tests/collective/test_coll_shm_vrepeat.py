@@ -731,8 +731,8 @@ def _entry_edges(comm: ringworld.Communicator, direct: bool) -> list[str]:
 @pytest.mark.usefixtures("crowded")
 @pytest.mark.parametrize("direct", [True, False])
 @pytest.mark.parametrize("size", [2, 3])
-def test_blocks_too_large_for_an_eager_entry_make_no_runner_there(size: int, direct: bool
-                                                                 ) -> None:
+def test_blocks_too_large_for_an_eager_entry_leave_runners_where_the_steps_allow(
+        size: int, direct: bool) -> None:
     results = run_processes(size, _entry_edges, direct, timeout=WAIT)
     assert [e for errs in results for e in errs] == []
 
