@@ -131,21 +131,32 @@ def _management(comm: Communicator) -> list[str]:
 
 
 def _freed_object_collectives(comm: Communicator) -> list[str]:
-    """Object collectives on a freed communicator raise CommError too (free's contract:
-    "later collectives on it raise CommError"). Every rank calls them alike, so a call that
-    does not raise completes and the next one is tried."""
+    """Object collectives and point-to-point calls on a freed communicator raise CommError too
+    (free's contract). Every rank calls them alike, so a call that does not raise completes
+    (or times out) and the next one is tried."""
     f = comm.dup()
     f.free()
     fails = []
-    for what, call in (("bcast_obj", lambda: f.bcast_obj(1)),
+    peer = (comm.rank + 1) % comm.size
+    buf = np.zeros(2, np.int32)
+    for what, call in (("send", lambda: f.send(buf, peer)),  # point-to-point too
+                       ("isend", lambda: f.isend(buf, peer)),
+                       ("recv", lambda: f.recv(buf, peer, timeout=2)),
+                       ("recv(ANY_SOURCE)", lambda: f.recv(buf, timeout=2)),
+                       ("irecv(ANY_SOURCE)", lambda: f.irecv(buf)),
+                       ("sendrecv", lambda: f.sendrecv(buf, peer, np.empty_like(buf), peer)),
+                       ("send_obj", lambda: f.send_obj(1, peer)),
+                       ("iprobe(ANY_SOURCE)", lambda: f.iprobe()),
+                       ("bcast_obj", lambda: f.bcast_obj(1)),
                        ("allreduce_obj", lambda: f.allreduce_obj(1)),
                        ("allgather_obj", lambda: f.allgather_obj(1)),
                        ("gather_obj", lambda: f.gather_obj(1)),
                        ("scan_obj", lambda: f.scan_obj(1))):
         try:
             call()
-        except CommError:
-            pass
+        except CommError as exc:
+            if "was freed" not in str(exc):  # (a Timeout is a CommError too)
+                fails.append(f"{what} on a freed communicator raised {exc!r}")
         else:
             fails.append(f"{what} on a freed communicator of size {comm.size} did not raise "
                          "CommError")
@@ -317,7 +328,7 @@ def test_management_and_concurrency(transport: str, size: int) -> None:
 
 
 @pytest.mark.parametrize("size", [1, 3])
-def test_freed_communicator_rejects_object_collectives(size: int) -> None:
+def test_freed_communicator_rejects_object_collectives_and_p2p(size: int) -> None:
     out = run_processes(size, _freed_object_collectives, timeout=60)
     failures = sorted({f for fails in out for f in fails})
     assert not failures, "\n".join(failures)

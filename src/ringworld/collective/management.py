@@ -15,7 +15,7 @@ from ringworld._lazy import LazyModule
 from ringworld.collective.core import CollectiveCore
 from ringworld.collective.markers import UNDEFINED
 from ringworld.comm.hooks import observable, observed
-from ringworld.comm.point_to_point import _as_int
+from ringworld.comm.point_to_point import FreedRanks, _as_int
 from ringworld.errors import CommError, CommRevoked
 
 if TYPE_CHECKING:
@@ -184,7 +184,8 @@ class CommManagement(CollectiveCore):
         return ft
 
     def free(self) -> None:
-        """Release this communicator (scratch, shared windows); later collectives raise CommError.
+        """Release this communicator (scratch, shared windows); every later call on it (a
+        collective, a send, a receive, a probe) raises CommError.
 
         Local: call it on every rank once no operation on the communicator is pending.
         """
@@ -203,3 +204,4 @@ class CommManagement(CollectiveCore):
                     sub.free()
             self._hier = None
         self._engine.forget_contexts((self.context, self.coll_context))
+        self._ranks = FreedRanks(self.name)  # point-to-point calls map a rank: now they raise

@@ -14,7 +14,7 @@ from __future__ import annotations
 import operator
 import pickle
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Self, TypeVar
 
 from ringworld.comm import foreign
@@ -35,6 +35,7 @@ from ringworld.comm.requests import (
     _new_status,
     wait_all,
 )
+from ringworld.errors import CommError
 
 T = TypeVar("T")
 
@@ -102,6 +103,28 @@ def recv_view(buf: Any, name: str = "buf") -> memoryview:
     return mv
 
 
+class FreedRanks(tuple[int, ...]):
+    """The rank map of a freed communicator: every lookup raises CommError, so the calls that
+    map a rank (every send, receive and probe) refuse at no cost to the open ones."""
+
+    _name: str
+
+    def __new__(cls, name: str) -> FreedRanks:
+        self = super().__new__(cls)
+        self._name = name
+        return self
+
+    def refuse(self) -> CommError:
+        """The error every use of a freed communicator raises."""
+        return CommError(f"{self._name} was freed; it cannot be used any more")
+
+    def __getitem__(self, i: Any) -> Any:
+        raise self.refuse()
+
+    def __iter__(self) -> Iterator[int]:
+        raise self.refuse()
+
+
 @observed
 class PointToPoint:
     """A group of ranks that exchange messages; ranks are numbered 0..size-1 within it."""
@@ -138,6 +161,8 @@ class PointToPoint:
 
     def _source(self, source: int) -> int:
         if source == ANY_SOURCE:
+            if type(self._ranks) is FreedRanks:  # (a wildcard maps no rank)
+                raise self._ranks.refuse()
             return ANY_SOURCE
         return self._world(source, "source")
 
