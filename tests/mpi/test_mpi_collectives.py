@@ -852,15 +852,22 @@ def _repeats(_: object) -> int:
         return counted
 
     hooks.observe(wrap)
+    right, left = (r + 1) % p, (r - 1) % p
+    into = np.zeros(n, "i8")
     try:
-        for _ in range(3):
+        for i in range(3):
             comm.Allgather(send, got)
             comm.Allreduce(x, total, MPI.SUM)
             comm.Bcast(got, 0)
+            # (and so do the point-to-point calls, whose fast paths skip the native ones)
+            MPI.Request.Waitall([comm.Irecv(into, left, i), comm.Isend(data(r, n, "i8", i),
+                                                                       right, i)])
+            eq(into, data(left, n, "i8", i))
     finally:
         hooks.unobserve()
     assert seen.count("allgather") == 3 and seen.count("allreduce") == 3, seen
     assert seen.count("bcast") == 3, seen
+    assert seen.count("isend") == 3 and seen.count("irecv") == 3, seen
     comm.Barrier()
     return checks
 

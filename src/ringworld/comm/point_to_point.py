@@ -245,7 +245,9 @@ class PointToPoint:
         except foreign.DeviceBuffer as exc:
             self._device_send(exc, buf, dest, tag).wait(timeout)
             return
-        self._send_blocking(dest, tag, 0, (view,), len(view), view, timeout)
+        req = self._post_send(dest, tag, 0, (view,), len(view), view)  # (_send_blocking's
+        if req is not None:  # two lines inline: a call less for every send)
+            req.wait(timeout)
 
     def _send_blocking(self, dest: int, tag: int, flags: int, segments: Sequence[memoryview],
                        nbytes: int, keep: object, timeout: float | None) -> None:

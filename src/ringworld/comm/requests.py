@@ -123,7 +123,10 @@ class CompletedRequest(Request[T]):
     __slots__ = ()
 
     def __init__(self, engine: Engine, result: T, status: Status | None = None) -> None:
-        super().__init__(engine)
+        # (every slot set here, not through Request's __init__: 0.1 us less of every small
+        # nonblocking send, which returns one of these)
+        self._engine = engine
+        self._error = None
         self._result = result
         self.status = status
 

@@ -21,6 +21,8 @@ import numpy as np
 import ringworld
 from ringworld import runtime as _runtime
 from ringworld.collective.communicator import Communicator as _Communicator
+from ringworld.comm import hooks
+from ringworld.comm.point_to_point import send_view
 from ringworld.mpi._buffer import PLAIN_DTYPES, plain_array, recv_message, send_message
 from ringworld.mpi._collectives import Collectives, IntraCollectives
 from ringworld.mpi._constants import (
@@ -51,6 +53,8 @@ from ringworld.mpi._info import ERRORS_RETURN, Errhandler, Info
 from ringworld.mpi._persistent import Prequest, SendRecvRequest
 from ringworld.mpi._request import EMPTY_DONE, PROC_NULL_DONE, Request, _Kind
 from ringworld.mpi._status import Status
+
+_new_object = object.__new__
 
 Resolver = Callable[[], ringworld.Communicator]
 
@@ -507,10 +511,20 @@ class Comm(Collectives):
 
     def Isend(self, buf: Any, dest: int, tag: int = 0) -> Request:
         """Start sending a buffer spec; keep the buffer unchanged until the request completes."""
-        # (the common call inline, as Send's: 3 calls fewer)
+        # (the common call inline, as Send's: 3 calls fewer; and straight to the transport,
+        # as the native isend goes, so a small message sent at once makes one request, not
+        # a native one and its wrapper)
         if (type(buf) is np.ndarray and buf.dtype in PLAIN_DTYPES and dest != PROC_NULL
                 and buf.flags.c_contiguous):
-            return Request._wrap(self._native.isend(buf, dest, tag), _Kind.SEND)
+            n = self._native
+            if hooks.observing:  # (a tool sees the native call)
+                return Request._wrap(n.isend(buf, dest, tag), _Kind.SEND)
+            view = send_view(buf)
+            req = _new_object(Request)  # (_completed or _wrap inline)
+            req._native = n._post_send(dest, tag, 0, (view,), len(view), view)
+            req._kind = _Kind.SEND
+            req._done = EMPTY_DONE if req._native is None else None
+            return req
         return self._start_send(buf, dest, tag, "Isend", self._native.isend)
 
     def Issend(self, buf: Any, dest: int, tag: int = 0) -> Request:
@@ -564,8 +578,12 @@ class Comm(Collectives):
         # (the common call inline, as Recv's: 3 calls fewer)
         if type(buf) is np.ndarray and buf.dtype in PLAIN_DTYPES and source != PROC_NULL:
             flags = buf.flags
-            if flags.c_contiguous and flags.writeable:
-                return Request._wrap(self._native.irecv(buf, source, tag), _Kind.RECV_BUF)
+            if flags.c_contiguous and flags.writeable:  # (_wrap inline: 50 ns less)
+                req = _new_object(Request)
+                req._native = self._native.irecv(buf, source, tag)
+                req._kind = _Kind.RECV_BUF
+                req._done = None
+                return req
         arr = plain_array(buf, True)
         if arr is not None and source != PROC_NULL:  # into the same bytes (see Recv)
             return Request._wrap(self._native.irecv(arr, source, tag), _Kind.RECV_BUF)

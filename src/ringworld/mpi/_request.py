@@ -78,7 +78,9 @@ class Request:
 
     @classmethod
     def _completed(cls, done: _Done) -> Request:
-        request = cls()
+        request = object.__new__(cls)  # (as _wrap's: a small Isend returns one of these)
+        request._native = None
+        request._kind = _Kind.SEND
         request._done = done
         return request
 
@@ -136,9 +138,10 @@ class Request:
 
     def Wait(self, status: Status | None = None) -> Literal[True]:
         """Wait for completion; fill ``status`` if given."""
-        native = self._native
-        if status is None and native is not None:  # the common call: nothing to hand out
-            native.wait()
+        if status is None:  # the common call: nothing to hand out
+            native = self._native
+            if native is not None:
+                native.wait()
             self._native = self._done = None  # released (a persistent request: inactive)
             return True
         self._block()
@@ -230,12 +233,17 @@ class Request:
             cls.waitall(requests, statuses)
             return True
         # the common call: nothing to hand out, so no completion records are made
-        natives = []  # (a loop, not a comprehension: that is a call of its own in 3.11)
+        one = None
         for r in requests:
-            if r._native is not None:
-                natives.append(r._native)
-        if natives:  # (one wait for all: a dead peer any of them needs fails it at once)
-            ringworld.wait_all(natives)  # (raises before any request is released, as waitall)
+            native = r._native
+            if native is not None:
+                if one is not None:  # (one wait for all: a dead peer any needs fails it at once)
+                    ringworld.wait_all([q._native for q in requests if q._native is not None])
+                    break  # (it raises before any request is released, as waitall)
+                one = native
+        else:
+            if one is not None:  # (an exchange's receive, its send gone at once: 0.2 us less)
+                one.wait()
         for r in requests:
             r._native = r._done = None  # released (a persistent request: inactive)
         return True
