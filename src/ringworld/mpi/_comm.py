@@ -514,18 +514,19 @@ class Comm(Collectives):
         # (the common call inline, as Send's: 3 calls fewer; and straight to the transport,
         # as the native isend goes, so a small message sent at once makes one request, not
         # a native one and its wrapper)
-        if (type(buf) is np.ndarray and buf.dtype in PLAIN_DTYPES and dest != PROC_NULL
-                and buf.flags.c_contiguous):
-            n = self._native
-            if hooks.observing:  # (a tool sees the native call)
-                return Request._wrap(n.isend(buf, dest, tag), _Kind.SEND)
-            view = send_view(buf)
-            req = _new_object(Request)  # (_completed or _wrap inline)
-            req._native = n._post_send(dest, tag, 0, (view,), len(view), view)
-            req._kind = _Kind.SEND
-            req._done = EMPTY_DONE if req._native is None else None
-            return req
-        return self._start_send(buf, dest, tag, "Isend", self._native.isend)
+        arr: Any
+        if type(buf) is np.ndarray and buf.dtype in PLAIN_DTYPES and buf.flags.c_contiguous:
+            arr = buf
+        else:
+            arr = plain_array(buf, False)  # ([array, datatype]: the same bytes)
+        if arr is None or dest == PROC_NULL or hooks.observing:  # (a tool: the native call)
+            return self._start_send(buf, dest, tag, "Isend", self._native.isend)
+        view = send_view(arr)
+        req = _new_object(Request)  # (_completed or _wrap inline)
+        req._native = self._native._post_send(dest, tag, 0, (view,), len(view), view)
+        req._kind = _Kind.SEND
+        req._done = EMPTY_DONE if req._native is None else None
+        return req
 
     def Issend(self, buf: Any, dest: int, tag: int = 0) -> Request:
         """Start a synchronous send of a buffer spec: done once the receive matched it."""
@@ -576,17 +577,17 @@ class Comm(Collectives):
     def Irecv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
         """Start receiving into a buffer spec."""
         # (the common call inline, as Recv's: 3 calls fewer)
-        if type(buf) is np.ndarray and buf.dtype in PLAIN_DTYPES and source != PROC_NULL:
+        if type(buf) is np.ndarray and buf.dtype in PLAIN_DTYPES:
             flags = buf.flags
-            if flags.c_contiguous and flags.writeable:  # (_wrap inline: 50 ns less)
-                req = _new_object(Request)
-                req._native = self._native.irecv(buf, source, tag)
-                req._kind = _Kind.RECV_BUF
-                req._done = None
-                return req
-        arr = plain_array(buf, True)
-        if arr is not None and source != PROC_NULL:  # into the same bytes (see Recv)
-            return Request._wrap(self._native.irecv(arr, source, tag), _Kind.RECV_BUF)
+            arr = buf if flags.c_contiguous and flags.writeable else None
+        else:
+            arr = plain_array(buf, True)  # ([array, datatype]: into the same bytes)
+        if arr is not None and source != PROC_NULL:
+            req = _new_object(Request)  # (_wrap inline: 50 ns less)
+            req._native = self._native.irecv(arr, source, tag)
+            req._kind = _Kind.RECV_BUF
+            req._done = None
+            return req
         if source == PROC_NULL and buf is None:
             return Request._completed(PROC_NULL_DONE)
         message = recv_message(buf, "Irecv(buf)")
