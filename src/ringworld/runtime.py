@@ -67,13 +67,18 @@ def _connect_store(cfg: _config.Config, timeout: float = BOOTSTRAP_TIMEOUT) -> S
 
 
 def _make_transport(cfg: _config.Config, kind: str, store: Store,
-                    peers: list[int] | None = None) -> Transport:
+                    peers: list[int] | None = None, local: dict[int, int] | None = None
+                    ) -> Transport:
+    """The transport ``kind`` to ``peers`` (None: every other rank); ``local``: the pids of
+    the ranks on this host (a TCP transport's waits look where those run)."""
     if kind == "tcp":
         from ringworld.transport.tcp import TcpTransport
 
-        return TcpTransport.create(cfg.rank, cfg.size, store, cfg.secret,
-                                   bind=_bind_address(cfg), timeout=BOOTSTRAP_TIMEOUT,
-                                   checksum=cfg.tcp_checksum, peers=peers)
+        tcp = TcpTransport.create(cfg.rank, cfg.size, store, cfg.secret,
+                                  bind=_bind_address(cfg), timeout=BOOTSTRAP_TIMEOUT,
+                                  checksum=cfg.tcp_checksum, peers=peers)
+        tcp.watch_local(local or {})
+        return tcp
     from ringworld.transport.shm import ShmTransport
 
     return ShmTransport.create(cfg.rank, cfg.size, store, cfg.job_id,
@@ -101,11 +106,11 @@ def _build_routes(cfg: _config.Config, kind: str, store: Store
     every rank's usable CPUs). Collective: every rank publishes its CPU count and host label
     and reads the others'.
     """
-    store.set(f"host/{cfg.rank}", f"{usable_cpus()} {_host_label(cfg)}".encode())
-    seen = [store.get(f"host/{r}", BOOTSTRAP_TIMEOUT).decode().split(" ", 1)
+    store.set(f"host/{cfg.rank}", f"{usable_cpus()} {os.getpid()} {_host_label(cfg)}".encode())
+    seen = [store.get(f"host/{r}", BOOTSTRAP_TIMEOUT).decode().split(" ", 2)
             for r in range(cfg.size)]
-    cpus = [int(c) for c, _ in seen]
-    hosts = [h for _, h in seen]
+    cpus = [int(c) for c, _, _ in seen]
+    hosts = [h for _, _, h in seen]
     route: list[Transport | None] = [None] * cfg.size
     local = [r for r in range(cfg.size) if hosts[r] == hosts[cfg.rank]]
     remote = [r for r in range(cfg.size) if hosts[r] != hosts[cfg.rank]]
@@ -114,7 +119,8 @@ def _build_routes(cfg: _config.Config, kind: str, store: Store
     elif kind == "auto" and len(local) == 1:
         kind = "tcp"
     if kind != "auto":
-        t = _make_transport(cfg, kind, store)
+        t = _make_transport(cfg, kind, store,
+                            local={r: int(seen[r][1]) for r in local if r != cfg.rank})
         for r in range(cfg.size):
             if r != cfg.rank:
                 route[r] = t

@@ -307,3 +307,49 @@ def test_queue_wait_reads_this_threads_run_queue_wait() -> None:
         q.close()
     assert q() is not None  # reopens after close
     q.close()
+
+
+class LocalSocket(Where):
+    """Stands for a TCP transport that sees its peers on this host."""
+
+    wakes_on_arrival = True
+
+
+def test_a_socket_wait_sleeps_when_a_peer_runs_on_this_cpu() -> None:
+    queue = Queue()
+    shared = Placement(move=lambda: False, queue=queue)
+    assert _pacer(LocalSocket(True), shared).step(0.0) == SLEEP  # not a yield: data wakes it
+    assert shared.shared
+    apart = Placement(move=lambda: False, queue=queue)
+    p = _pacer(LocalSocket(False), apart)
+    assert p.step(0.0) == SPIN  # a quiet host, the peer elsewhere: spin as before
+    queue.ns += 10**12  # other work took the CPU: sleep at once, as where it cannot tell
+    assert p.step(0.002) == SLEEP and apart.contended and not apart.shared
+
+
+class Polled(Wire):
+    """A transport that sees its peers' CPUs; the test says whether one shares this one."""
+
+    knows_cpus = True
+
+    def __init__(self, shared: bool) -> None:
+        super().__init__()
+        self.shared = shared
+
+    def shares_cpu(self, ranks: Iterable[int]) -> bool:
+        return self.shared
+
+
+def test_a_receive_spin_ends_once_a_peer_is_found_on_this_cpu() -> None:
+    for shared in (False, True):
+        wire = Polled(shared)
+        e = Engine(0, 2, [None, wire], cpus=[64, 64])
+        e.placement.move = lambda: False
+        try:
+            e.spin(SimpleNamespace(_done=False), RECV_SPIN)  # type: ignore[arg-type]
+            # apart: the whole spin; sharing: over at the first look (a socket's poll is a
+            # system call: 4000 of them kept the peer off this CPU for 4 ms)
+            assert wire.polls == (64 if shared else RECV_SPIN), wire.polls
+            assert e.placement.shared == shared
+        finally:
+            e.close()

@@ -396,18 +396,28 @@ class Engine(CallChecks):
     def spin(self, req: RecvRequest[Any], polls: int) -> None:
         """Poll the only transport up to ``polls`` times until ``req`` completes.
 
-        The latency-critical start of a blocking receive: no clock reads or liveness checks
-        (``wait_for`` does those if this returns with ``req`` still pending).
+        The latency-critical start of a blocking receive: no liveness checks (``wait_for``
+        does those if this returns with ``req`` still pending), a clock read every 64 polls
+        only where the transport can tell where its peers run: a peer found on this CPU ends
+        the spin (``wait_for`` then gives the CPU up). Polls of a socket cost a system call
+        each: two TCP ranks on one CPU spun out 4000 of them, 4 ms, per message.
         """
         if len(self.transports) != 1 or self.broken is not None:
             return
-        poll = self.transports[0].poll
+        t = self.transports[0]
+        poll = t.poll
         deliver = self._deliver
+        look = t.knows_cpus
+        pl = self.placement
         try:
-            for _ in range(polls):
+            for i in range(polls):
                 poll(deliver)
                 if req._done:
                     return
+                if look and i & 63 == 63:
+                    now = time.monotonic()
+                    if now >= pl.next_check and pl.check(t, self._all_peers(), now):
+                        return
         except PeerFailure as exc:
             self._peer_failed(exc)
         except TransportError as exc:

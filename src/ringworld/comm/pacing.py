@@ -12,13 +12,20 @@ shared-memory flag waits of the collectives), chosen by where the awaited peers 
   exactly: :func:`~ringworld.transport.cpus.move_off`); the scheduler, which cannot know that
   the two wait for each other, otherwise keeps them on one CPU beside an idle-looking busy one.
   Else: yield at once.
-* where the peers' CPUs cannot be told (no transport, or one that cannot see its peers, TCP's):
-  spin, as MPI libraries do, and leave the engine's placement as it was; but where the
-  transport's wait sleeps until data arrives (TCP's) and this thread has lately waited for a
-  CPU (its run-queue wait grew: other work competes for the cores), skip the first spin and
-  sleep at once, as a blocking socket does (:meth:`Placement.contended_at`). Spinning there
-  kept the CPU from the peer and from the kernel's copies: a 16 MiB stream between two ranks
-  beside one busy process (2 cores) ran at 0.46x a plain socket's speed, 1.35x quiet.
+  TCP's peers on this host are watched so too (those running or waiting to run: one asleep
+  in its socket's wait needs no CPU), and a socket's wait that cannot move sleeps until the
+  data arrives rather than yield: two ranks on one CPU beside a busy process on the other
+  took 4 ms a ping-pong message spinning (a socket's poll is a system call, and the receive's
+  first spin 4000 of them), 50 us now; unpinned, the mean half round trip went from 26-42 to
+  19-20 us (median 8.7 either way).
+* where the peers' CPUs cannot be told (no transport, or one that cannot see its peers: TCP's
+  to other hosts): spin, as MPI libraries do, and leave the engine's placement as it was.
+* wherever no peer is found on this CPU and the transport's wait sleeps until data arrives
+  (TCP's): if this thread has lately waited for a CPU (its run-queue wait grew: other work
+  competes for the cores), skip the first spin and sleep at once, as a blocking socket does
+  (:meth:`Placement.contended_at`). Spinning there kept the CPU from the peer and from the
+  kernel's copies: a 16 MiB stream between two ranks beside one busy process (2 cores) ran
+  at 0.46x a plain socket's speed, 1.35x quiet.
 * a wait longer than ``spin_time`` sleeps (the transport's ``wait_event``, woken by peers that
   flip what it waits on), so an idle rank stops burning a core.
 
@@ -168,4 +175,6 @@ class Pacer:
         pl = self._placement
         if now >= pl.next_check:
             pl.check(t, self._peers(), now)
-        return YIELD if pl.shared else SPIN
+        if pl.shared:  # (a socket's wait sleeps until the peer's data is there)
+            return SLEEP if self._arrival else YIELD
+        return SLEEP if self._arrival and pl.contended_at(now) else SPIN
