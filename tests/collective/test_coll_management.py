@@ -146,7 +146,7 @@ def _freed_object_collectives(comm: Communicator) -> list[str]:
                        ("irecv(ANY_SOURCE)", lambda: f.irecv(buf)),
                        ("sendrecv", lambda: f.sendrecv(buf, peer, np.empty_like(buf), peer)),
                        ("send_obj", lambda: f.send_obj(1, peer)),
-                       ("iprobe(ANY_SOURCE)", lambda: f.iprobe()),
+                       ("iprobe(ANY_SOURCE)", f.iprobe),
                        ("bcast_obj", lambda: f.bcast_obj(1)),
                        ("allreduce_obj", lambda: f.allreduce_obj(1)),
                        ("allgather_obj", lambda: f.allgather_obj(1)),
