@@ -414,10 +414,8 @@ class Engine(CallChecks):
                 poll(deliver)
                 if req._done:
                     return
-                if look and i & 63 == 63:
-                    now = time.monotonic()
-                    if now >= pl.next_check and pl.check(t, self._all_peers(), now):
-                        return
+                if look and i & 63 == 63 and pl.check(t, self._all_peers(), time.monotonic()):
+                    return  # (check looks again only when due, else says what it last found)
         except PeerFailure as exc:
             self._peer_failed(exc)
         except TransportError as exc:
