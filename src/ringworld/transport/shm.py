@@ -626,8 +626,11 @@ class ShmTransport(Transport):
         ctl = self._my_ctl
         # checked before the wait, off the path from arrival to return: nothing can become
         # queued while this rank only spins here
-        if p is None or p.dead or ctl is None or self._out_pending:
+        if p is None or p.dead or ctl is None:
             return None
+        for other in self._active:  # (frames queued for ring space: the general path flushes)
+            if other.out:
+                return None
         idx = p.rx_idx
         q = p.rx_q
         expect = p.rx_expect
@@ -671,13 +674,6 @@ class ShmTransport(Transport):
         if fin:
             self._send_fin(p, fin)
         return mtag, flags, nbytes, payload
-
-    @property
-    def _out_pending(self) -> bool:
-        for p in self._active:  # noqa: SIM110 - a plain loop is cheaper than any() here
-            if p.out:
-                return True
-        return False
 
     def poll(self, deliver: Deliver) -> bool:
         did = False
