@@ -526,7 +526,8 @@ class Arena(RaceCalls, EagerRunners):
             self.refuse(text, kind)
 
     def _eager_begin(self) -> tuple[int, int, int]:
-        """The next eager call's number, its ring entry's header word and its stamp."""
+        """The next eager call's number, its ring entry's header word and its stamp (written
+        out in the broadcast's and the gather's runners too: see shm_eager_runners)."""
         s = self._bseq + 1
         sig = self._sig
         self._sig = None  # no sync checks this call
@@ -606,7 +607,8 @@ class Arena(RaceCalls, EagerRunners):
             f"{stamp & 0xFFFFFFFE:08x})")
 
     def _eager_end(self, s: int, root: int, stamp: int) -> None:
-        """Count eager call ``s`` done, hashed into what the next sync compares (root, sig)."""
+        """Count eager call ``s`` done, hashed into what the next sync compares (root, sig);
+        written out in the broadcast's and the gather's runners too (see shm_eager_runners)."""
         self._mine[EAGER_DONE] = s
         self._bseq = s
         mark = stamp & 0xFFFFFFFE  # (a sender's, in refuse_gather: not whether it was large)
