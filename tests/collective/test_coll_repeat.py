@@ -378,10 +378,11 @@ def _rooted_repeat(comm: ringworld.Communicator, crowded: bool) -> list[str]:
     than the root pass None for the buffer they do not use (the repeat is then kept under the
     other one, which must come out right and untouched), and a root whose own buffers are
     wrong (in place over a missing buffer; a block of the wrong length) refuses the call on
-    every rank waiting for it (a small gather's others do not where ranks share cores
-    (``crowded``): their part is done once their block is in their ring), after which the next
-    call lines up."""
+    every rank waiting for it (a small gather's others do not where it takes the eager rings,
+    where ranks share cores (``crowded``) or there are two: their part is done once their
+    block is in their ring), after which the next call lines up."""
     p, r = comm.size, comm.rank
+    eager = crowded or p == 2
     errors: list[str] = []
     n = 5
     send = np.empty(n, dtype=np.int64)
@@ -423,7 +424,7 @@ def _rooted_repeat(comm: ringworld.Communicator, crowded: bool) -> list[str]:
                     comm.scatter(None, ringworld.IN_PLACE if r == 1 else mine, 1, timeout=20)
                 else:
                     comm.scatter(out, mine[:-1] if r == 1 else mine, 1, timeout=20)
-                if r == 1 or not (crowded and bad.startswith("gather") and count == n):
+                if r == 1 or not (eager and bad.startswith("gather") and count == n):
                     errors.append(f"rank {r}: {bad} ({count}) raised nothing")
             except (TypeError, ValueError) as exc:
                 if r != 1 and "refused" not in str(exc):

@@ -648,11 +648,10 @@ def alltoall(a: Arena, send: Array, recv: Array, op: Op | None = None, root: int
 
 def gather(a: Arena, send: Array, recv: Array, op: Op | None = None, root: int = 0) -> None:
     """Every rank's block into the root's ``recv`` (block i from rank i): small blocks through
-    the slots (one sync) or, where ranks share cores, the eager rings (no sync: ranks other
-    than the root return once their block is in their ring, and the root copies the blocks
-    out; np=4 on 2 cores, 32 B: 0.47x -> 0.79x of MPICH, 256 KiB 2.0x -> 3.9x; at np=2 the
-    slots took 2.8-4.0 us a call against the rings' 4.9-5.4, but blocks over EAGER_SMALL take
-    the rings there too: see ``shm_policy.gather_eager``), large ones written by their
+    the eager rings where ranks share cores or there are two (no sync: ranks other than the
+    root return once their block is in their ring, and the root copies the blocks out; np=4
+    on 2 cores, 32 B: 0.47x -> 0.79x of MPICH, 256 KiB 2.0x -> 3.9x; np=2: see
+    ``shm_policy.gather_eager``), else through the slots (one sync), large ones written by their
     owners straight into the root's ``recv``, others through the windows a chunk at a time
     (the root copying out one chunk while the others copy in the next)."""
     p, r = a.chan.size, a.chan.rank

@@ -48,15 +48,19 @@ EAGER_RING, EAGER_BIG, EAGER_SMALL = 32, 8, 16 << 10
 def gather_eager(nbytes: int, p: int, crowded: bool, direct_from: float = math.inf) -> bool:
     """Whether a gather of ``nbytes``-byte blocks on ``p`` ranks takes the eager rings (each
     sender puts its block in its own ring and returns, no sync) rather than the slots or the
-    windows: where ranks share cores up to EAGER_MAX (see ``shm_collectives.gather``); on two
-    ranks with cores of their own from a large entry (over EAGER_SMALL) up to EAGER_MAX, where
-    a sender running ahead overlaps its copy in with the root's copy out (np=2, the bench's
-    gather alternating in two jobs each: 64 KiB 7.0 and 6.7 us through the slots against 5.5
-    and 5.3 in the rings, 256 KiB 16.5 and 16.1 against 13.3 and 12.8; 16 KiB a tie), but
-    below ``direct_from``, where the direct path takes over (see ``tuning.shm_paths``)."""
-    if crowded:
+    windows: where ranks share cores, and on two ranks with cores of their own, up to
+    EAGER_MAX, where a sender running ahead overlaps its copy in with the root's copy out
+    (np=2, the bench's gather alternating in two jobs each: 64 KiB 7.0 and 6.7 us through the
+    slots against 5.5 and 5.3 in the rings, 256 KiB 16.5 and 16.1 against 13.3 and 12.8; once
+    the rings' runners wrote out their begin and end steps, small blocks too: same job, three
+    jobs each, 8 B 2.52-2.68 us against 2.25-2.32, 1 KiB 2.56-2.61 against 2.24-2.33, 16 KiB
+    3.54-3.67 against 2.97-3.01; beside one busy process 8 B 6.35-6.70 against 4.97-6.40, 16 KiB
+    8.39-9.38 against 6.57-7.34; new arrays each call, 8 B 4.45-4.49 against 4.24-4.33, 16 KiB
+    6.84-6.86 against 5.94-5.96), but below ``direct_from``, where the direct path takes over
+    (see ``tuning.shm_paths``). More ranks with cores of their own take the slots."""
+    if crowded or p == 2:
         return nbytes <= EAGER_MAX and nbytes < direct_from
-    return p == 2 and EAGER_SMALL < nbytes <= EAGER_MAX and nbytes < direct_from
+    return False
 
 
 def gathers_eager(a: Arena, nbytes: int) -> bool:
