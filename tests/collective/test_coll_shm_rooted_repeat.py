@@ -10,11 +10,12 @@ a runner that read another call's entry, another rank's block or nothing is caug
 long runs mixed with broadcasts and other calls, small and large, the receivers behind at
 times, so that the root's entries of both sizes wrap around and it waits for ring space.
 
-Then gather's, alike: where ranks do not outnumber the cores ``shm_repeat._gather`` at the
-root and ``_put`` elsewhere (through the slots, one sync), else ``Arena.gather_runner`` (each
-sender's block in its own eager ring): every dtype, counts up to the slots' size (or
-EAGER_MAX bytes, and EAGER_SMALL, the largest small entry) and one element over it, both
-roots, in place, with a sync between repeats so that they start at both slot parities."""
+Then gather's, alike: ``Arena.gather_runner`` (each sender's block in its own eager ring)
+where ranks share cores or there are two, else (three or more ranks with cores of their own)
+``shm_repeat._gather`` at the root and ``_put`` elsewhere (through the slots, one sync): every
+dtype, counts up to the slots' size (or EAGER_MAX bytes, and EAGER_SMALL, the largest small
+entry) and one element over it, both roots, in place, with a sync between repeats so that
+they start at both slot parities."""
 
 from __future__ import annotations
 
@@ -174,11 +175,12 @@ def _gathers(comm: ringworld.Communicator) -> list[str]:
     for dt in (*PLAIN, AFFINE):
         comm.allreduce(np.ones(2, np.int64), out)  # (the arena exists: its slots' size)
         arena = comm._arena  # (None on one rank: no windows)
-        # blocks up to the slots' size, or EAGER_MAX in the eager rings (ranks share cores),
-        # have a runner, below the direct path's size where ranks may take it: up to that and
-        # one element over it (and EAGER_SMALL, the largest of the small entries, and one
-        # element over it: a large one)
-        limit = 64 if arena is None else EAGER_MAX if arena.crowded else arena.small
+        # blocks up to the slots' size, or EAGER_MAX in the eager rings (ranks share cores, or
+        # two ranks), have a runner, below the direct path's size where ranks may take it: up
+        # to that and one element over it (and EAGER_SMALL, the largest of the small entries,
+        # and one element over it: a large one)
+        limit = (64 if arena is None else EAGER_MAX if arena.crowded or p == 2
+                 else arena.small)
         if arena is not None and arena.direct:
             limit = min(limit, arena.direct_min["gather"] - 1)
         most, small = limit // dt.itemsize, EAGER_SMALL // dt.itemsize
@@ -217,8 +219,14 @@ def _gathers(comm: ringworld.Communicator) -> list[str]:
     return errors
 
 
-@pytest.mark.parametrize("size", [1, 2, 3, 5])
-def test_gather_repeats_every_dtype_and_count(size: int) -> None:
+@pytest.mark.parametrize(("size", "own_cores"),
+                         [(1, False), (2, False), (3, False), (5, False), (3, True)])
+def test_gather_repeats_every_dtype_and_count(size: int, own_cores: bool,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """``own_cores``: ranks that count a core each (inherited by the forked ranks), so that
+    three of them take the slots' runners on a machine of any size."""
+    if own_cores:
+        monkeypatch.setattr(runtime, "usable_cpus", lambda: 64)
     results = run_processes(size, _gathers, transport="shm", timeout=120)
     assert [e for errs in results for e in errs] == []
 

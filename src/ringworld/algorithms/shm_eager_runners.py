@@ -95,7 +95,7 @@ class EagerRunners:
             s = self._bseq + 1  # (_eager_begin inline)
             sig = self._sig
             self._sig = None
-            assert sig is not None
+            assert sig is not None, "begin() names the call first"
             mark = (sig[1] ^ (sig[0] * 0x9E3779B1) ^ (self._seq * 0x85EBCA77)) & 0xFFFFFFFE
             word = EAGER_STAMP + s % EAGER_RING
             stamp = (s & SEQ_MASK) << 32 | mark
@@ -122,7 +122,7 @@ class EagerRunners:
             s = self._bseq + 1  # (_eager_begin inline)
             sig = self._sig
             self._sig = None
-            assert sig is not None
+            assert sig is not None, "begin() names the call first"
             mark = (sig[1] ^ (sig[0] * 0x9E3779B1) ^ (self._seq * 0x85EBCA77)) & 0xFFFFFFFE
             word = EAGER_STAMP + s % EAGER_RING
             stamp = (s & SEQ_MASK) << 32 | mark
