@@ -51,11 +51,11 @@ def send_view(buf: Any, name: str = "buf") -> memoryview:
     try:  # the common case first, as one call: a C-contiguous buffer as bytes (a cast of
         # another one raises TypeError; 0.05 us less than testing first)
         return memoryview(buf).cast("B")
-    except TypeError:
+    except (TypeError, ValueError):  # (numpy refuses datetime64's buffer with ValueError)
         pass
     try:
         mv = memoryview(buf)
-    except TypeError:
+    except (TypeError, ValueError):
         np = sys.modules.get("numpy")  # a numpy array implies numpy is imported already
         if np is None or not isinstance(buf, np.ndarray):
             adopted = foreign.host_array(buf, name)  # a torch tensor, a DLPack object, ...
@@ -245,7 +245,7 @@ class PointToPoint:
         # frames; see recv for what it gains)
         try:
             view = memoryview(buf).cast("B")
-        except TypeError:
+        except (TypeError, ValueError):
             try:
                 view = send_view(buf, "buf")
             except foreign.DeviceBuffer as exc:
@@ -332,7 +332,7 @@ class PointToPoint:
         # us a half round trip, a stream of sends 1.84-1.99 -> 1.53-1.70 us a message)
         try:
             view: memoryview | None = memoryview(buf).cast("B")
-        except TypeError:
+        except (TypeError, ValueError):
             view = None
         if view is None or view.readonly:
             try:
