@@ -11,9 +11,9 @@ with a runner against without: np=2 bcast 64 KiB 6.53 -> 5.95 us (1.10x), scatte
 
 The broadcast's and the gather's runners write out the arena's ``_eager_begin`` and
 ``_eager_end`` (the call's number, stamp and hash): two calls fewer a call, where a small
-call's cost is its Python steps. Same job, old and new code alternating, two or three jobs
-each: np=2 bcast 8 B 1.92-2.00 -> 1.74-1.84 us, 64 KiB 5.45-5.68 -> 5.26-5.39; scatter 8 B
-2.20-2.29 -> 2.06-2.13; gather 64 KiB 4.93-4.95 -> 4.64-4.79; np=4 on 2 cores gather 64 KiB
+call's cost is its Python steps. Same job, old and new code alternating, two to six jobs
+each: np=2 bcast 8 B 1.88-2.10 -> 1.74-1.84 us, 64 KiB 5.33-5.68 -> 5.08-5.39; scatter 8 B
+2.20-2.29 -> 2.06-2.13; gather 64 KiB 4.84-4.95 -> 4.64-4.79; np=4 on 2 cores gather 64 KiB
 13.3-13.6 -> 12.6-12.7 (bcast there: no change). A change to those two must change these.
 """
 
