@@ -70,15 +70,19 @@ class CpuWatch:
         except (OSError, ValueError, IndexError):
             return -1
 
-    def shares_cpu(self, pids: Iterable[int]) -> bool:
-        """Whether any of ``pids`` last ran (or waits to run) on the calling thread's CPU; True
-        when that cannot be told (then yielding is the safe way to wait)."""
+    def shares_cpu(self, pids: Iterable[int], *, runnable: bool = False,
+                   unknown: bool = True) -> bool:
+        """Whether any of ``pids`` last ran (or waits to run) on the calling thread's CPU;
+        ``unknown`` where that cannot be told (True, the default: then yielding is the safe
+        way to wait, as for shared memory's peers; a TCP transport's may well be elsewhere).
+        ``runnable``: count only processes running or waiting to run (see :meth:`cpu_of`; one
+        asleep counts as unknown)."""
         mine = this_cpu()
         if mine < 0:
-            return True
+            return unknown
         for pid in pids:
-            cpu = self.cpu_of(pid)
-            if cpu < 0 or cpu == mine:
+            cpu = self.cpu_of(pid, runnable)
+            if cpu == mine or (cpu < 0 and unknown):
                 return True
         return False
 

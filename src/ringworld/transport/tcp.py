@@ -65,7 +65,7 @@ from ringworld.transport.base import (
     SendHandle,
     Transport,
 )
-from ringworld.transport.cpus import CpuWatch, this_cpu
+from ringworld.transport.cpus import CpuWatch
 from ringworld.transport.tcp_bootstrap import SEND_BUFFER_BYTES, connect_world
 from ringworld.transport.tcp_wire import (
     _ALIGN_MASK,
@@ -336,15 +336,9 @@ class TcpTransport(Transport):
         rank's own wake-up fast). False where that cannot be told (a peer on another host, its
         process out of sight): unlike shared memory's peers, those may well be elsewhere.
         Cost: one ``/proc`` read per peer on this host (about 5 us)."""
-        mine = this_cpu()
-        if mine < 0:
-            return False
         local = self._local
-        for r in ranks:
-            pid = local.get(r)
-            if pid is not None and self._cpus.cpu_of(pid, runnable=True) == mine:
-                return True
-        return False
+        return self._cpus.shares_cpu([local[r] for r in ranks if r in local], runnable=True,
+                                     unknown=False)
 
     # ----------------------------------------------------------------- bootstrap
 
