@@ -308,6 +308,20 @@ def _errors(comm: Communicator) -> None:
         comm.send([1, 2, 3], right)
     with pytest.raises(TypeError, match="dest must be an int"):
         comm.send(buf, "1")  # type: ignore[arg-type]
+    # Python objects: their bytes are pointers; received into, they would corrupt memory
+    objects = np.array([None, 1.5])
+    for call in (lambda: comm.send(objects, right), lambda: comm.isend(objects, right),
+                 lambda: comm.ssend(np.zeros(2, "O,f8"), right),
+                 lambda: comm.recv(objects, left), lambda: comm.irecv(objects, left)):
+        with pytest.raises(TypeError, match="holds Python objects"):
+            call()
+    assert objects.tolist() == [None, 1.5]
+    # ('O' in a field's name is no object: a structured array of numbers travels)
+    named = np.zeros(2, [("Ocean", "f8")])
+    named["Ocean"] = [comm.rank, 0.5]
+    got = np.zeros(2, [("Ocean", "f8")])
+    status = comm.sendrecv(named, right, got, left, sendtag=23, recvtag=23)
+    assert got["Ocean"].tolist() == [left, 0.5] and status.nbytes == 16
     # truncation: both sizes named, the receive buffer left untouched
     comm.send(np.arange(10, dtype=np.int64), right, tag=21)
     small = np.full(4, -7, np.int64)

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from ringworld.comm import foreign
+from ringworld.comm.point_to_point import holds_objects
 from ringworld.mpi._datatype import (
     DATATYPES,
     Datatype,
@@ -400,6 +401,12 @@ def _flat_bytes(buf: Any, where: str, *, writable: bool) -> tuple[memoryview, st
                 f"{type(buf).__name__}"
             ) from None
         view = memoryview(adopted)
+    if holds_objects(view.format):  # (MPI moves bytes: an object array's are pointers)
+        raise TypeError(
+            f"{where}: the buffer holds Python objects (format {view.format!r}), whose bytes "
+            "mean nothing in another process; use the lowercase methods (send, recv, bcast, "
+            "...) for Python objects"
+        )
     if writable and view.readonly:
         raise TypeError(
             f"{where}: the receive buffer ({type(buf).__name__}) is read-only; "
