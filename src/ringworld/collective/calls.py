@@ -93,7 +93,7 @@ def bcast(f: Frame, buf: Any, root: int) -> Call:
     root = f._root(root)
     a = bufs.as_array(buf, "buf", writable=f.rank != root)
     return Call("bcast", Spec(f.size, f.rank, a.size, root), (bufs.EMPTY_U8.view(a.dtype), a),
-                nbytes=a.nbytes, shared=(a.nbytes, (root,)))
+                nbytes=a.nbytes, shared=(a.nbytes, (a.dtype, root)))
 
 
 def reduce(f: Frame, sendbuf: Any, recvbuf: Any, op: Any, root: int) -> Call:
