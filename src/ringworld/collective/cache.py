@@ -46,6 +46,13 @@ def _in_place() -> Any:
     return IN_PLACE
 
 
+#: the collectives whose one array passed as both buffers needs no copy (see
+#: ``buffers.apart``): bcast's one buffer, and off the root the one buffer a reduce, gather or
+#: scatter uses, are kept as both (a root's two differ in size but on one rank, where the
+#: copy is the call); allreduce, scan and exscan run on it as on IN_PLACE's
+SAME_ARRAY = frozenset({"bcast", "allreduce", "scan", "exscan", "reduce", "gather", "scatter"})
+
+
 def _shape_key(coll: str, extra: Any, sendbuf: Any, recvbuf: Any) -> tuple[Any, ...]:
     """A call's key in ``shapes``: collective, op or root, and the arrays' dtypes and shapes."""
     if sendbuf is IN_PLACE:
@@ -200,6 +207,14 @@ class CallCache:
         if sendbuf is IN_PLACE:
             send: Callable[[], Any] = _in_place
         elif type(sendbuf) is nd and sendbuf.flags.c_contiguous:
+            if sendbuf is recvbuf:
+                if coll not in SAME_ARRAY:
+                    return None  # (the checks copy it aside: see Call.copied)
+            elif sendbuf.base is not None or recvbuf.base is not None:  # views: may overlap
+                from ringworld.collective.buffers import overlap  # (numpy: imported by now)
+
+                if overlap(sendbuf, recvbuf):
+                    return None
             send = weakref.ref(sendbuf)
         else:
             return None
@@ -223,7 +238,7 @@ class CallCache:
         repeat and run in place of ``run`` from then on (a shape kept already keeps its
         entry: a caller that passes ``algorithm`` comes here every call)."""
         nd = self.ndarray = type(rb)
-        if call.finish is not None or type(recvbuf) is not nd:
+        if call.finish is not None or call.copied or type(recvbuf) is not nd:
             return
         if sendbuf is IN_PLACE:
             if sb is not rb:
@@ -285,7 +300,7 @@ class CallCache:
         these dtypes and shapes passes the checks alike (a fresh view of the same memory each
         call, as ``ringworld.MPI`` passes)."""
         nd = self.ndarray = type(call.arrays[1])
-        if call.finish is not None or call.in_place:
+        if call.finish is not None or call.in_place or call.copied:
             return
         shapes: list[tuple[int, ...] | None] = []
         for buf in (sendbuf, recvbuf):

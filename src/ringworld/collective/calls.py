@@ -47,7 +47,10 @@ class Call(NamedTuple):
     block). ``shared`` is (bytes, what the ranks must agree on) for a call the shared windows can
     run, else None. ``finish`` runs once the data is in place (a copy out of a scratch buffer).
     ``in_place``: the caller passed ``IN_PLACE`` (the arrays already stand for it; a plane with
-    an in-place form of its own, such as MPI, uses that instead).
+    an in-place form of its own, such as MPI, uses that instead). ``copied``: the send buffer
+    shared memory with the receive buffer and the arrays hold a copy of it (see
+    :func:`~ringworld.collective.buffers.apart`): a repeat on the caller's arrays would need
+    that copy again, so the call is not kept for one.
     """
 
     collective: str
@@ -59,6 +62,7 @@ class Call(NamedTuple):
     shared: tuple[int, tuple[Any, ...]] | None = None
     finish: Callable[[], None] | None = None
     in_place: bool = False
+    copied: bool = False
 
 
 class Refused(Exception):
@@ -106,18 +110,24 @@ def reduce(f: Frame, sendbuf: Any, recvbuf: Any, op: Any, root: int) -> Call:
             bufs.check_len(rb, sb.size, "recvbuf", "the size of sendbuf")
         except (TypeError, ValueError) as exc:
             raise Refused("reduce", exc, sendbuf, op) from None
+        sb, copied = (sb, False) if sendbuf is IN_PLACE else bufs.apart(sb, rb, same_ok=True)
     else:
         sb = bufs.as_array(sendbuf, "sendbuf")
         rb = bufs.EMPTY_U8.view(sb.dtype)
+        copied = False
     o = f._op(op, sb)
     return Call("reduce", Spec(f.size, f.rank, sb.size, root, commutative=o.commutative),
                 (sb, rb), o, sb.nbytes, shared=(sb.nbytes, (sb.dtype, o.name, root)),
-                in_place=sendbuf is IN_PLACE and f.rank == root)
+                in_place=sendbuf is IN_PLACE and f.rank == root, copied=copied)
 
 
 def allreduce(f: Frame, sendbuf: Any, recvbuf: Any, op: Any) -> Call:
     rb = bufs.as_array(recvbuf, "recvbuf", writable=True)
-    sb = rb if sendbuf is IN_PLACE else bufs.as_array(sendbuf, "sendbuf")
+    copied = False
+    if sendbuf is IN_PLACE:
+        sb = rb
+    else:
+        sb, copied = bufs.apart(bufs.as_array(sendbuf, "sendbuf"), rb, same_ok=True)
     bufs.same_dtype(sb, rb, "sendbuf", "recvbuf")
     bufs.check_len(rb, sb.size, "recvbuf", "the size of sendbuf")
     o = f._op(op, rb)
@@ -125,7 +135,7 @@ def allreduce(f: Frame, sendbuf: Any, recvbuf: Any, op: Any) -> Call:
     return Call("allreduce", Spec(f.size, f.rank, rb.size, 0, None, None, None, None,
                                   o.commutative, 0),
                 (sb, rb), o, rb.nbytes, True, (rb.nbytes, (rb.dtype, o.name)), None,
-                sendbuf is IN_PLACE)
+                sendbuf is IN_PLACE, copied)
 
 
 def reduce_scatter(f: Frame, sendbuf: Any, recvbuf: Any, counts: Counts, op: Any) -> Call:
@@ -134,6 +144,7 @@ def reduce_scatter(f: Frame, sendbuf: Any, recvbuf: Any, counts: Counts, op: Any
     rb = bufs.as_array(recvbuf, "recvbuf", writable=True)
     coll = "reduce_scatter" if counts is not None else "reduce_scatter_block"
     finish: Callable[[], None] | None = None
+    copied = False
     if sendbuf is IN_PLACE:
         sb = rb
         c = (bufs.int_list(counts, p, "counts") if counts is not None
@@ -145,7 +156,7 @@ def reduce_scatter(f: Frame, sendbuf: Any, recvbuf: Any, counts: Counts, op: Any
         def finish() -> None:
             np.copyto(dest, out)
     else:
-        sb = bufs.as_array(sendbuf, "sendbuf")
+        sb, copied = bufs.apart(bufs.as_array(sendbuf, "sendbuf"), rb)
         bufs.same_dtype(sb, rb, "sendbuf", "recvbuf")
         c = (bufs.int_list(counts, p, "counts") if counts is not None else (rb.size,) * p)
         bufs.check_len(sb, sum(c), "sendbuf", "the sum of all blocks")
@@ -157,18 +168,23 @@ def reduce_scatter(f: Frame, sendbuf: Any, recvbuf: Any, counts: Counts, op: Any
     # (with counts, the shared windows check every rank's: the signature holds them)
     kind = (sb.dtype, o.name) if counts is None else (sb.dtype, o.name, c)
     return Call(coll, spec, (sb, out), o, sb.nbytes // max(1, p), counts is None,
-                (sb.nbytes, kind), finish, sendbuf is IN_PLACE)
+                (sb.nbytes, kind), finish, sendbuf is IN_PLACE, copied)
 
 
 def scan(f: Frame, coll: str, sendbuf: Any, recvbuf: Any, op: Any) -> Call:
     """``coll``: "scan" or "exscan"."""
     rb = bufs.as_array(recvbuf, "recvbuf", writable=True)
-    sb = rb if sendbuf is IN_PLACE else bufs.as_array(sendbuf, "sendbuf")
+    copied = False
+    if sendbuf is IN_PLACE:
+        sb = rb
+    else:
+        sb, copied = bufs.apart(bufs.as_array(sendbuf, "sendbuf"), rb, same_ok=True)
     bufs.same_dtype(sb, rb, "sendbuf", "recvbuf")
     bufs.check_len(rb, sb.size, "recvbuf", "the size of sendbuf")
     o = f._op(op, rb)
     return Call(coll, Spec(f.size, f.rank, rb.size, commutative=o.commutative), (sb, rb), o,
-                rb.nbytes, shared=(rb.nbytes, (rb.dtype, o.name)), in_place=sendbuf is IN_PLACE)
+                rb.nbytes, shared=(rb.nbytes, (rb.dtype, o.name)), in_place=sendbuf is IN_PLACE,
+                copied=copied)
 
 
 def gather(f: Frame, sendbuf: Any, recvbuf: Any, root: int) -> Call:
@@ -184,12 +200,14 @@ def gather(f: Frame, sendbuf: Any, recvbuf: Any, root: int) -> Call:
             bufs.check_len(sb, n, "sendbuf", "recvbuf holds size blocks of this length")
         except (TypeError, ValueError) as exc:
             raise Refused("gather", exc, sendbuf) from None
+        sb, copied = (sb, False) if sendbuf is IN_PLACE else bufs.apart(sb, rb)
     else:
         sb = bufs.as_array(sendbuf, "sendbuf")
         rb = bufs.EMPTY_U8.view(sb.dtype)
-        n = sb.size
+        n, copied = sb.size, False
     return Call("gather", Spec(p, r, n, root), (sb, rb), nbytes=sb.nbytes,
-                shared=(sb.nbytes, (sb.dtype, root)), in_place=r == root and sendbuf is IN_PLACE)
+                shared=(sb.nbytes, (sb.dtype, root)), in_place=r == root and sendbuf is IN_PLACE,
+                copied=copied)
 
 
 def gatherv(f: Frame, sendbuf: Any, recvbuf: Any, counts: Counts, displs: Counts,
@@ -208,13 +226,15 @@ def gatherv(f: Frame, sendbuf: Any, recvbuf: Any, counts: Counts, displs: Counts
             bufs.check_len(sb, c[r], "sendbuf", "counts[root]")
         except (TypeError, ValueError) as exc:
             raise Refused("gatherv", exc) from None
+        sb, copied = (sb, False) if sendbuf is IN_PLACE else bufs.apart(sb, rb)
         spec = Spec(p, r, c[r], root, counts=c, displs=d)
     else:
         sb = bufs.as_array(sendbuf, "sendbuf")
         rb = bufs.EMPTY_U8.view(sb.dtype)
-        spec = Spec(p, r, sb.size, root)
+        spec, copied = Spec(p, r, sb.size, root), False
     return Call("gatherv", spec, (sb, rb), nbytes=sb.nbytes, equal_blocks=False,
-                shared=(0, (sb.dtype, root)), in_place=r == root and sendbuf is IN_PLACE)
+                shared=(0, (sb.dtype, root)), in_place=r == root and sendbuf is IN_PLACE,
+                copied=copied)
 
 
 def scatter(f: Frame, sendbuf: Any, recvbuf: Any, root: int) -> Call:
@@ -230,12 +250,14 @@ def scatter(f: Frame, sendbuf: Any, recvbuf: Any, root: int) -> Call:
             bufs.check_len(rb, n, "recvbuf", "sendbuf holds size blocks of this length")
         except (TypeError, ValueError) as exc:
             raise Refused("scatter", exc, recvbuf) from None
+        sb, copied = (sb, False) if recvbuf is IN_PLACE else bufs.apart(sb, rb)
     else:
         rb = bufs.as_array(recvbuf, "recvbuf", writable=True)
         sb = bufs.EMPTY_U8.view(rb.dtype)
-        n = rb.size
+        n, copied = rb.size, False
     return Call("scatter", Spec(p, r, n, root), (sb, rb), nbytes=rb.nbytes,
-                shared=(rb.nbytes, (rb.dtype, root)), in_place=r == root and recvbuf is IN_PLACE)
+                shared=(rb.nbytes, (rb.dtype, root)), in_place=r == root and recvbuf is IN_PLACE,
+                copied=copied)
 
 
 def scatterv(f: Frame, sendbuf: Any, recvbuf: Any, counts: Counts, displs: Counts,
@@ -254,13 +276,15 @@ def scatterv(f: Frame, sendbuf: Any, recvbuf: Any, counts: Counts, displs: Count
             bufs.check_len(rb, c[r], "recvbuf", "counts[root]")
         except (TypeError, ValueError) as exc:
             raise Refused("scatterv", exc) from None
+        sb, copied = (sb, False) if recvbuf is IN_PLACE else bufs.apart(sb, rb)
         spec = Spec(p, r, c[r], root, counts=c, displs=d)
     else:
         rb = bufs.as_array(recvbuf, "recvbuf", writable=True)
         sb = bufs.EMPTY_U8.view(rb.dtype)
-        spec = Spec(p, r, rb.size, root)
+        spec, copied = Spec(p, r, rb.size, root), False
     return Call("scatterv", spec, (sb, rb), nbytes=rb.nbytes, equal_blocks=False,
-                shared=(0, (rb.dtype, root)), in_place=r == root and recvbuf is IN_PLACE)
+                shared=(0, (rb.dtype, root)), in_place=r == root and recvbuf is IN_PLACE,
+                copied=copied)
 
 
 def allgather(f: Frame, sendbuf: Any, recvbuf: Any, counts: Counts, displs: Counts) -> Call:
@@ -269,32 +293,43 @@ def allgather(f: Frame, sendbuf: Any, recvbuf: Any, counts: Counts, displs: Coun
     rb = bufs.as_array(recvbuf, "recvbuf", writable=True)
     if counts is None:
         n = bufs.blocks_of(rb, p, "recvbuf")
-        sb = rb[r * n : (r + 1) * n] if sendbuf is IN_PLACE else bufs.as_array(sendbuf,
-                                                                           "sendbuf")
+        copied = False
+        if sendbuf is IN_PLACE:
+            sb = rb[r * n : (r + 1) * n]
+        else:
+            sb, copied = bufs.apart(bufs.as_array(sendbuf, "sendbuf"), rb)
         bufs.check_len(sb, n, "sendbuf", "recvbuf holds size blocks of this length")
         bufs.same_dtype(sb, rb, "sendbuf", "recvbuf")
         return Call("allgather", Spec(p, r, n), (sb, rb), nbytes=sb.nbytes,
-                    shared=(rb.nbytes, (rb.dtype,)), in_place=sendbuf is IN_PLACE)
+                    shared=(rb.nbytes, (rb.dtype,)), in_place=sendbuf is IN_PLACE,
+                    copied=copied)
     c, d = bufs.layout(counts, displs, p, rb, "counts", "displs", "recvbuf")
-    sb = (rb[d[r] : d[r] + c[r]] if sendbuf is IN_PLACE
-          else bufs.as_array(sendbuf, "sendbuf"))
+    copied = False
+    if sendbuf is IN_PLACE:
+        sb = rb[d[r] : d[r] + c[r]]
+    else:
+        sb, copied = bufs.apart(bufs.as_array(sendbuf, "sendbuf"), rb)
     bufs.check_len(sb, c[r], "sendbuf", "counts[rank]")
     bufs.same_dtype(sb, rb, "sendbuf", "recvbuf")
     # in the shared windows every rank checks every rank's counts (the signature holds them)
     return Call("allgatherv", Spec(p, r, c[r], counts=c, displs=d), (sb, rb), nbytes=sb.nbytes,
                 equal_blocks=False, shared=(sum(c) * rb.itemsize, (rb.dtype, c)),
-                in_place=sendbuf is IN_PLACE)
+                in_place=sendbuf is IN_PLACE, copied=copied)
 
 
 def alltoall(f: Frame, sendbuf: Any, recvbuf: Any) -> Call:
     p, r = f.size, f.rank
     rb = bufs.as_array(recvbuf, "recvbuf", writable=True)
     n = bufs.blocks_of(rb, p, "recvbuf")
-    sb = rb.copy() if sendbuf is IN_PLACE else bufs.as_array(sendbuf, "sendbuf")
+    copied = False
+    if sendbuf is IN_PLACE:
+        sb = rb.copy()
+    else:
+        sb, copied = bufs.apart(bufs.as_array(sendbuf, "sendbuf"), rb)
     bufs.same_dtype(sb, rb, "sendbuf", "recvbuf")
     bufs.check_len(sb, rb.size, "sendbuf", "the size of recvbuf")
     return Call("alltoall", Spec(p, r, n), (sb, rb), nbytes=sb.nbytes // p,
-                shared=(rb.nbytes, (rb.dtype,)), in_place=sendbuf is IN_PLACE)
+                shared=(rb.nbytes, (rb.dtype,)), in_place=sendbuf is IN_PLACE, copied=copied)
 
 
 def alltoallv(f: Frame, sendbuf: Any, recvbuf: Any, sendcounts: Sequence[int],
@@ -302,16 +337,17 @@ def alltoallv(f: Frame, sendbuf: Any, recvbuf: Any, sendcounts: Sequence[int],
     p, r = f.size, f.rank
     rb = bufs.as_array(recvbuf, "recvbuf", writable=True)
     rc, rd = bufs.layout(recvcounts, rdispls, p, rb, "recvcounts", "rdispls", "recvbuf")
+    copied = False
     if sendbuf is IN_PLACE:
         sb, sc, sd = rb.copy(), rc, rd
     else:
-        sb = bufs.as_array(sendbuf, "sendbuf")
+        sb, copied = bufs.apart(bufs.as_array(sendbuf, "sendbuf"), rb)
         sc, sd = bufs.layout(sendcounts, sdispls, p, sb, "sendcounts", "sdispls", "sendbuf")
     bufs.same_dtype(sb, rb, "sendbuf", "recvbuf")
     bufs.check_own_block(sc, rc, r)
     spec = Spec(p, r, 0, counts=sc, displs=sd, rcounts=rc, rdispls=rd)
     return Call("alltoallv", spec, (sb, rb), nbytes=sb.nbytes // p, equal_blocks=False,
-                shared=(0, (rb.dtype,)), in_place=sendbuf is IN_PLACE)
+                shared=(0, (rb.dtype,)), in_place=sendbuf is IN_PLACE, copied=copied)
 
 
 def alltoallw(f: Frame, sendbufs: Sequence[Any], recvbufs: Sequence[Any]) -> Call:

@@ -40,9 +40,11 @@ if TYPE_CHECKING:
     from ringworld.algorithms import shm_collectives as shm
     from ringworld.algorithms import shm_repeat, shm_vector
     from ringworld.algorithms.schedule import Spec
+    from ringworld.collective import buffers as bufs
     from ringworld.collective.buffers import Array
     from ringworld.device.plane import Plane
 else:  # imported on the first collective call: init() and point-to-point never load numpy
+    bufs = LazyModule("ringworld.collective.buffers", globals(), "bufs")
     shm = LazyModule("ringworld.algorithms.shm_collectives", globals(), "shm")
     shm_vector = LazyModule("ringworld.algorithms.shm_vector", globals(), "shm_vector")
     shm_repeat = LazyModule("ringworld.algorithms.shm_repeat", globals(), "shm_repeat")
@@ -249,6 +251,10 @@ class Communicator(CommManagement):
             flags = recvbuf.flags
             if not (flags.c_contiguous and flags.writeable):
                 return False
+            if sendbuf is not None and (sendbuf is recvbuf or (
+                    (sendbuf.base is not None or recvbuf.base is not None)
+                    and bufs.overlap(sendbuf, recvbuf))):
+                return False  # (the checks copy the send buffer aside: see Call.copied)
         self._rerun_vector(coll, last, sendbuf, recvbuf, timeout)
         return True
 
