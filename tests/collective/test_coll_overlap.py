@@ -68,6 +68,17 @@ def _cases(c: Any, n: int) -> dict[str, Callable[[], bool]]:
         c.alltoallv(x, x, [n] * p, [n] * p)
         return np.array_equal(x, mine_from_all)
 
+    def alltoallw_blocks_of_one_array() -> bool:  # send block j, receive block i: one array
+        x = blocks(r)
+        c.alltoallw([x[j * n : (j + 1) * n] for j in range(p)],
+                    [x[i * n : (i + 1) * n] for i in range(p)])
+        return np.array_equal(x, mine_from_all)
+
+    def alltoallw_same_arrays() -> bool:
+        parts = [own(r) + 1000 * j for j in range(p)]
+        c.alltoallw(parts, parts)
+        return np.array_equal(np.concatenate(parts), mine_from_all)
+
     def reduce_scatter_first_block() -> bool:
         x = blocks(r)
         c.reduce_scatter_block(x, x[:n])

@@ -80,6 +80,17 @@ def apart(sb: Array, rb: Array, *, same_ok: bool = False) -> tuple[Array, bool]:
     return sb.copy(), True
 
 
+def apart_all(sendbufs: Sequence[Any], recvs: Sequence[Array], name: str) -> list[Any]:
+    """``sendbufs`` (alltoallw's, as passed), each one that shares memory with one of
+    ``recvs`` (the checked receive arrays) replaced by a copy, as :func:`apart` does for one
+    pair. Cost: an ownership test per buffer; where any is a view, a bounds test per pair."""
+    sends = [as_array(b, f"{name}[{i}]") for i, b in enumerate(sendbufs)]
+    if all(a.base is None for a in sends) and all(b.base is None for b in recvs):
+        same = {id(b) for b in recvs}  # (arrays that own their memory overlap only as one)
+        return [a.copy() if id(a) in same else a for a in sends]
+    return [a.copy() if any(a is b or overlap(a, b) for b in recvs) else a for a in sends]
+
+
 def overlap(a: Array, b: Array) -> bool:
     """Whether two arrays share memory: a bounds test, exact for contiguous arrays (about
     0.2 us; callers test identity and ownership first)."""
