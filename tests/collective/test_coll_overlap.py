@@ -2,8 +2,9 @@
 gives the right result: the same array as both (alltoall(x, x), allreduce(x, x)), a view of
 it, a block of the receive buffer that is not this rank's own. alltoall(x, x) returned another
 rank's partly overwritten data over TCP at every size and over shared memory for large
-messages, and so did an allgather from the receive buffer's first block and a scatter into
-another block of the root's send buffer; the checks now read such a send buffer from a copy,
+messages, and so did an allgather from the receive buffer's first block, a scatter into
+another block of the root's send buffer and an alltoallw between blocks of one array; the
+checks now read such a send buffer from a copy,
 and a repeat on such arrays takes the checked path again (not the kept one, which would read
 the caller's arrays). MPI calls them erroneous; MPICH refuses the very same buffer twice."""
 
