@@ -22,7 +22,7 @@ import ringworld
 from ringworld import runtime as _runtime
 from ringworld.collective.communicator import Communicator as _Communicator
 from ringworld.comm import hooks
-from ringworld.comm.point_to_point import send_view
+from ringworld.comm.point_to_point import may_overlap, send_view
 from ringworld.mpi._buffer import PLAIN_DTYPES, plain_array, recv_message, send_message
 from ringworld.mpi._collectives import Collectives, IntraCollectives
 from ringworld.mpi._constants import (
@@ -661,7 +661,11 @@ class Comm(Collectives):
             outgoing = send_message(sendbuf, "Isendrecv(sendbuf)").view
         if recvbuf is not None:
             incoming = recv_message(recvbuf, "Isendrecv(recvbuf)").view
-        return self._isendrecv(outgoing, dest, sendtag, incoming, source, recvtag, None)
+        keep = None
+        if outgoing is not None and incoming is not None and may_overlap(outgoing, incoming):
+            keep = bytes(outgoing)  # (the receive may land first: send what was there)
+            outgoing = memoryview(keep)
+        return self._isendrecv(outgoing, dest, sendtag, incoming, source, recvtag, keep)
 
     def Isendrecv_replace(
         self,
