@@ -80,11 +80,10 @@ def apart(sb: Array, rb: Array, *, same_ok: bool = False) -> tuple[Array, bool]:
     return sb.copy(), True
 
 
-def apart_all(sendbufs: Sequence[Any], recvs: Sequence[Array], name: str) -> list[Any]:
-    """``sendbufs`` (alltoallw's, as passed), each one that shares memory with one of
-    ``recvs`` (the checked receive arrays) replaced by a copy, as :func:`apart` does for one
-    pair. Cost: an ownership test per buffer; where any is a view, a bounds test per pair."""
-    sends = [as_array(b, f"{name}[{i}]") for i, b in enumerate(sendbufs)]
+def apart_all(sends: Sequence[Array], recvs: Sequence[Array]) -> list[Array]:
+    """``sends`` (alltoallw's checked send arrays), each one that shares memory with one of
+    ``recvs`` replaced by a copy, as :func:`apart` does for one pair. Cost: an ownership
+    test per buffer; where any is a view, a bounds test per pair."""
     if all(a.base is None for a in sends) and all(b.base is None for b in recvs):
         same = {id(b) for b in recvs}  # (arrays that own their memory overlap only as one)
         return [a.copy() if id(a) in same else a for a in sends]

@@ -352,10 +352,12 @@ def alltoallv(f: Frame, sendbuf: Any, recvbuf: Any, sendcounts: Sequence[int],
 
 def alltoallw(f: Frame, sendbufs: Sequence[Any], recvbufs: Sequence[Any]) -> Call:
     p, r = f.size, f.rank
+    sends = [bufs.as_array(b, f"sendbufs[{i}]")
+             for i, b in enumerate(bufs.seq(sendbufs, p, "sendbufs"))]
     recvs = [bufs.as_array(b, f"recvbufs[{i}]", writable=True)
              for i, b in enumerate(bufs.seq(recvbufs, p, "recvbufs"))]
     sends = [a.view(np.uint8)  # (each read from a copy where it overlaps a receive buffer)
-             for a in bufs.apart_all(bufs.seq(sendbufs, p, "sendbufs"), recvs, "sendbufs")]
+             for a in bufs.apart_all(sends, recvs)]
     recvs = [b.view(np.uint8) for b in recvs]
     bufs.check_len(recvs[r], sends[r].size, f"recvbufs[{r}]", f"the bytes of sendbufs[{r}]")
     spec = Spec(p, r, 0, counts=tuple(s.size for s in sends),
