@@ -58,9 +58,11 @@ def _bad_calls(comm: Communicator) -> list[tuple[str, Callable[[], Any], type, t
         ("allreduce: op of a wrong type", lambda: comm.allreduce(x, e(p * 2, np.int64), 3),
          TypeError, ("op",)),
         ("allreduce: BAND on floats", lambda: comm.allreduce(
-            x.astype(np.float64), e(p * 2, np.float64), ringworld.BAND), TypeError, ("band",)),
+            x.astype(np.float64), e(p * 2, np.float64), ringworld.BAND), TypeError,
+         ("band", "integer or bool dtype, not float64")),
         ("allreduce: MAX on complex", lambda: comm.allreduce(
-            x.astype(np.complex64), e(p * 2, np.complex64), ringworld.MAX), TypeError, ("max",)),
+            x.astype(np.complex64), e(p * 2, np.complex64), ringworld.MAX), TypeError,
+         ("max", "not defined for complex numbers, as complex64")),
         ("allreduce: MAXLOC on int64", lambda: comm.allreduce(
             x, e(p * 2, np.int64), ringworld.MAXLOC), TypeError, ("maxloc",)),
         ("allreduce: ring with a non-commutative op", lambda: comm.allreduce(

@@ -85,10 +85,11 @@ class Op:
         if dtype.names is not None or dtype.kind in "OSUVMm":
             raise TypeError(f"op {self.name} cannot reduce {name} of dtype {dtype}")
         if self.name.startswith("b") and dtype.kind not in "iub":
-            raise TypeError(f"bitwise op {self.name} needs an integer or bool dtype; {name} "
-                            f"has dtype {dtype}")
+            raise TypeError(f"bitwise op {self.name} needs an integer or bool dtype, not "
+                            f"{dtype} ({name})")
         if self.name in ("max", "min") and dtype.kind == "c":
-            raise TypeError(f"op {self.name} is not defined for complex {name} ({dtype})")
+            raise TypeError(f"op {self.name} is not defined for complex numbers, as {dtype} "
+                            f"({name})")
 
     def reduce_into(self, dst: np.ndarray[Any, Any], src: np.ndarray[Any, Any],
                     src_left: bool) -> None:
