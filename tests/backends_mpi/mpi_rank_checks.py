@@ -124,6 +124,9 @@ check(h, allx.sum(0).astype(np.float16), "allreduce float16 (numpy op)")
 inplace = data(r, n)
 comm.allreduce(IN_PLACE, inplace)
 check(inplace, allx.sum(0), "allreduce in place")
+same = data(r, n)  # one array as both buffers: what IN_PLACE hands the algorithms
+comm.allreduce(same, same)
+check(same, allx.sum(0), "allreduce of one array as both buffers")
 # user op, associative but not commutative: 2x2 matrix product, one matrix per element
 mat = np.dtype([("a", "f8"), ("b", "f8"), ("c", "f8"), ("d", "f8")])
 

@@ -46,8 +46,10 @@ class Call(NamedTuple):
     per peer each way). ``nbytes`` is the size the algorithm is chosen for (the vector, or one
     block). ``shared`` is (bytes, what the ranks must agree on) for a call the shared windows can
     run, else None. ``finish`` runs once the data is in place (a copy out of a scratch buffer).
-    ``in_place``: the caller passed ``IN_PLACE`` (the arrays already stand for it; a plane with
-    an in-place form of its own, such as MPI, uses that instead). ``copied``: the send buffer
+    ``in_place``: the caller passed ``IN_PLACE``, or one array as both buffers where that means
+    the same (allreduce, scan, reduce: see :func:`~ringworld.collective.buffers.apart`); the
+    arrays already stand for it, and a plane with an in-place form of its own, such as MPI,
+    uses that instead (MPI refuses one buffer passed twice). ``copied``: the send buffer
     shared memory with the receive buffer and the arrays hold a copy of it (see
     :func:`~ringworld.collective.buffers.apart`): a repeat on the caller's arrays would need
     that copy again, so the call is not kept for one.
@@ -118,7 +120,7 @@ def reduce(f: Frame, sendbuf: Any, recvbuf: Any, op: Any, root: int) -> Call:
     o = f._op(op, sb)
     return Call("reduce", Spec(f.size, f.rank, sb.size, root, commutative=o.commutative),
                 (sb, rb), o, sb.nbytes, shared=(sb.nbytes, (sb.dtype, o.name, root)),
-                in_place=sendbuf is IN_PLACE and f.rank == root, copied=copied)
+                in_place=sb is rb, copied=copied)
 
 
 def allreduce(f: Frame, sendbuf: Any, recvbuf: Any, op: Any) -> Call:
@@ -135,7 +137,7 @@ def allreduce(f: Frame, sendbuf: Any, recvbuf: Any, op: Any) -> Call:
     return Call("allreduce", Spec(f.size, f.rank, rb.size, 0, None, None, None, None,
                                   o.commutative, 0),
                 (sb, rb), o, rb.nbytes, True, (rb.nbytes, (rb.dtype, o.name)), None,
-                sendbuf is IN_PLACE, copied)
+                sb is rb, copied)
 
 
 def reduce_scatter(f: Frame, sendbuf: Any, recvbuf: Any, counts: Counts, op: Any) -> Call:
@@ -183,7 +185,7 @@ def scan(f: Frame, coll: str, sendbuf: Any, recvbuf: Any, op: Any) -> Call:
     bufs.check_len(rb, sb.size, "recvbuf", "the size of sendbuf")
     o = f._op(op, rb)
     return Call(coll, Spec(f.size, f.rank, rb.size, commutative=o.commutative), (sb, rb), o,
-                rb.nbytes, shared=(rb.nbytes, (rb.dtype, o.name)), in_place=sendbuf is IN_PLACE,
+                rb.nbytes, shared=(rb.nbytes, (rb.dtype, o.name)), in_place=sb is rb,
                 copied=copied)
 
 
