@@ -251,9 +251,7 @@ class Communicator(CommManagement):
             flags = recvbuf.flags
             if not (flags.c_contiguous and flags.writeable):
                 return False
-            if sendbuf is not None and (sendbuf is recvbuf or (
-                    (sendbuf.base is not None or recvbuf.base is not None)
-                    and bufs.overlap(sendbuf, recvbuf))):
+            if sendbuf is not None and bufs.overlap(sendbuf, recvbuf):
                 return False  # (the checks copy the send buffer aside: see Call.copied)
         self._rerun_vector(coll, last, sendbuf, recvbuf, timeout)
         return True
