@@ -17,9 +17,9 @@ import pytest
 from ringworld.comm import engine as engine_module
 from ringworld.comm import pacing
 from ringworld.comm.engine import RECV_SPIN, SHARED_POLLS, Engine
-from ringworld.comm.pacing import SLEEP, SPIN, YIELD, Pacer, Placement
+from ringworld.comm.pacing import SLEEP, SPIN, YIELD, Outside, Pacer, Placement
 from ringworld.transport.base import Transport
-from ringworld.transport.cpus import CpuWatch, QueueWait, move_off, this_cpu
+from ringworld.transport.cpus import CpuWatch, QueueWait, Runnable, move_off, this_cpu
 
 
 class Where:
@@ -205,35 +205,80 @@ class Queue:
 
 
 def test_a_socket_wait_spins_on_a_quiet_host_and_sleeps_at_once_on_a_busy_one() -> None:
+    w = pacing.QUEUE_EVERY
     queue = Queue()
-    placement = Placement(move=lambda: False, queue=queue)
-    p = _pacer(Socket(False), placement)
+    placement = Placement(move=lambda: False, queue=queue, outside=lambda: True)
+    p = _pacer(Socket(False), placement, spin_time=1.0)
     assert p.step(0.0) == SPIN  # the first look: nothing to compare yet
-    queue.ns += 1000  # 1 us waited in 1 ms: quiet
-    assert p.step(0.001) == SPIN and not placement.contended
-    assert p.step(0.0015) == SPIN and queue.looks == 2  # not looked at again yet
-    queue.ns += int(0.001 * pacing.QUEUE_SHARE * 2e9)  # other work took the CPU meanwhile
-    assert p.step(0.002) == SLEEP and placement.contended
-    # the finding holds for later waits though they, sleeping, leave the queue to the others
+    queue.ns += int(w * 0.1 * 1e9)  # a tenth of the window waited for a CPU: quiet
+    assert p.step(w) == SPIN and not placement.contended
+    assert p.step(1.5 * w) == SPIN and queue.looks == 2  # not looked at again yet
+    queue.ns += int(w * pacing.QUEUE_SHARE * 2e9)  # other work took the CPU meanwhile
+    assert p.step(2 * w) == SLEEP and placement.contended
+    # the finding holds for later waits though they, sleeping, leave the queue to the others,
+    # and nothing is looked at meanwhile (a sleeping wait's wake-ups count as queue waits)
+    queue.ns += 10**12
     later = _pacer(Socket(False), placement, now=0.05)
-    assert later.step(0.05) == SLEEP
-    after = 0.002 + pacing.CONTENDED_HOLD + 0.001  # the hold is over and the queue quiet
-    assert _pacer(Socket(False), placement, now=after).step(after) == SPIN
+    assert later.step(0.05) == SLEEP and queue.looks == 3
+    # the hold over, a new window starts from a fresh look: the waits slept before it
+    after = 2 * w + pacing.CONTENDED_HOLD
+    p = _pacer(Socket(False), placement, now=after, spin_time=1.0)
+    assert p.step(after) == SPIN and not placement.contended and queue.looks == 4
+    assert p.step(after + w) == SPIN and queue.looks == 5  # quiet again: spin
+    queue.ns += int(w * pacing.QUEUE_SHARE * 2e9)
+    assert p.step(after + 2 * w) == SLEEP  # busy again: found in one window
     assert not placement.shared  # (the shared-CPU finding is another one: left alone)
+
+
+def test_a_grown_queue_wait_is_contention_unless_no_other_work_wants_the_cpus() -> None:
+    """The ranks of a job that outnumbers the cores lengthen each other's run-queue waits;
+    where ``outside()`` finds no other work wanting the CPUs, that is not contention. Where it
+    cannot tell (None), the queue alone decides."""
+    w = pacing.QUEUE_EVERY
+    for outside, found in ((False, False), (True, True), (None, True)):
+        queue = Queue()
+        placement = Placement(move=lambda: False, queue=queue, outside=lambda o=outside: o)
+        p = _pacer(Socket(False), placement, spin_time=1.0)
+        assert p.step(0.0) == SPIN
+        queue.ns += int(w * pacing.QUEUE_SHARE * 2e9)
+        assert (p.step(w) == SLEEP) == found and placement.contended == found, outside
+
+
+def test_outside_work_is_more_runnable_tasks_than_cpus_not_all_the_jobs() -> None:
+    class Peers:
+        def __init__(self, n: int | None) -> None:
+            self.n = n
+
+        def runnable_peers(self) -> int | None:
+            return self.n
+
+    def outside(running: int | None, peers: int | None, cpus: int = 2) -> bool | None:
+        o = Outside(Peers(peers), cpus)  # type: ignore[arg-type]  # duck-typed stand-in
+        o._runnable = lambda: running  # type: ignore[assignment, method-assign]
+        return o()
+
+    assert outside(None, 1) is None  # no /proc/loadavg: unknown
+    assert outside(2, 1) is False  # no more runnable than CPUs
+    assert outside(3, 1) is True  # this rank, its peer and one more
+    assert outside(3, 2) is False  # this rank and two peers of the job: the job's own
+    assert outside(4, 3, cpus=2) is False and outside(5, 3) is True
+    assert outside(3, None) is True  # the peers cannot be seen: the count alone
+    assert Outside(None, 1)() in (True, False, None)  # (reads this host: any answer)
 
 
 def test_only_a_wait_that_sleeps_until_arrival_looks_at_the_queue() -> None:
     queue = Queue()
-    placement = Placement(move=lambda: False, queue=queue)
+    placement = Placement(move=lambda: False, queue=queue, outside=lambda: True)
 
     class Blind(Where):
         knows_cpus = False
 
     for t in (None, Blind(False)):
-        p = _pacer(t, placement)
-        assert p.step(0.0) == SPIN and p.step(0.005) == SPIN
+        p = _pacer(t, placement, spin_time=1.0)
+        assert p.step(0.0) == SPIN and p.step(2 * pacing.QUEUE_EVERY) == SPIN
     assert queue.looks == 0
-    unknown = Placement(move=lambda: False, queue=Queue(None))  # no schedstat: spin as before
+    # no schedstat: spin as before
+    unknown = Placement(move=lambda: False, queue=Queue(None), outside=lambda: True)
     p = _pacer(Socket(False), unknown)
     assert p.step(0.0) == SPIN and p.step(0.001) == SPIN and p.step(0.0101) == SLEEP
 
@@ -271,6 +316,7 @@ def test_an_engine_on_a_contended_host_sleeps_after_a_short_first_spin() -> None
     busy = Queue()
     e = Engine(0, 2, [None, wire], cpus=[64, 64])
     e.placement.queue = busy
+    e.placement.outside = lambda: True  # (other work wants the CPUs, whatever this host has)
     e.placement.move = lambda: False
     try:
         e.wait_for(lambda: len(wire.sleeps) > 0, 5.0, lambda: "test")
@@ -309,6 +355,19 @@ def test_queue_wait_reads_this_threads_run_queue_wait() -> None:
     q.close()
 
 
+def test_runnable_reads_the_hosts_runnable_tasks() -> None:
+    r = Runnable()
+    try:
+        got = r()
+        if got is None:
+            pytest.skip("no /proc/loadavg here")
+        assert got >= 1  # (this thread runs while it reads)
+        r.close()
+        assert r() is not None  # reopens after close
+    finally:
+        r.close()
+
+
 class LocalSocket(Where):
     """Stands for a TCP transport that sees its peers on this host."""
 
@@ -317,14 +376,14 @@ class LocalSocket(Where):
 
 def test_a_socket_wait_sleeps_when_a_peer_runs_on_this_cpu() -> None:
     queue = Queue()
-    shared = Placement(move=lambda: False, queue=queue)
+    shared = Placement(move=lambda: False, queue=queue, outside=lambda: True)
     assert _pacer(LocalSocket(True), shared).step(0.0) == SLEEP  # not a yield: data wakes it
     assert shared.shared
-    apart = Placement(move=lambda: False, queue=queue)
-    p = _pacer(LocalSocket(False), apart)
+    apart = Placement(move=lambda: False, queue=queue, outside=lambda: True)
+    p = _pacer(LocalSocket(False), apart, spin_time=1.0)
     assert p.step(0.0) == SPIN  # a quiet host, the peer elsewhere: spin as before
     queue.ns += 10**12  # other work took the CPU: sleep at once, as where it cannot tell
-    assert p.step(0.002) == SLEEP and apart.contended and not apart.shared
+    assert p.step(pacing.QUEUE_EVERY) == SLEEP and apart.contended and not apart.shared
 
 
 class Polled(Wire):

@@ -1,6 +1,7 @@
 """A TCP transport knows which of its peers run on this host (their pids, from the job's
 start-up) and tells its waits when one of them runs, or waits to run, on this rank's CPU; one
-asleep, one on another host, and one whose process cannot be seen never count. Two ranks
+asleep, one on another host, and one whose process cannot be seen never count (nor do they
+among the peers it counts as runnable, for the waits' test of other work). Two ranks
 that talk over TCP on one host and share a CPU otherwise spun out a whole receive spin (4 ms)
 per message."""
 
@@ -71,14 +72,17 @@ def test_a_local_peer_counts_only_while_it_runs_on_this_cpu(transport: TcpTransp
         assert transport.shares_cpu(range(8))
         assert not transport.shares_cpu([2])  # asleep: it needs no CPU
         assert not transport.shares_cpu([7])  # not a peer of this transport: ignored
+        assert transport.runnable_peers() == 1  # the busy one, not the sleeper (nor 7)
         transport.watch_local({2: asleep.pid})  # 1 on another host now
         assert not transport.shares_cpu([1, 2])
         busy.kill()
         busy.wait()
         transport.watch_local({1: busy.pid})  # a process gone: cannot tell, not shared
         assert transport.knows_cpus and not transport.shares_cpu([1])
+        assert transport.runnable_peers() == 0
         transport.watch_local({})
         assert not transport.knows_cpus
+        assert transport.runnable_peers() is None  # none known here: cannot tell
     finally:
         for p in (busy, asleep):
             p.kill()

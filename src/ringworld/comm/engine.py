@@ -23,7 +23,7 @@ from typing import Any
 
 from ringworld.comm.calls import CallChecks, _nothing
 from ringworld.comm.hooks import observable, observed
-from ringworld.comm.pacing import SLEEP, SPIN, YIELD, Pacer, Placement
+from ringworld.comm.pacing import SLEEP, SPIN, YIELD, Outside, Pacer, Placement
 from ringworld.comm.requests import (
     ACK_CONTEXT,
     ANY_SOURCE,
@@ -130,6 +130,8 @@ class Engine(CallChecks):
         self._init_calls()  # the bookkeeping of collective calls (see CallChecks)
         # crowded, spin_polls, recv_spin: agreed by every rank when cpus are the exchanged ones
         self.agree_crowded(list(cpus) if cpus is not None else [usable_cpus()])
+        if len(uniq) == 1:  # (with several, a sleep in one would hold the others up)
+            uniq[0].sleepy = self._sleepy
         # for the monitor (heartbeats) and timeout diagnosis: set cheaply on the hot path,
         # read from the monitor thread
         self.entered: dict[int, int] = {}  # collective context -> last sequence entered
@@ -182,7 +184,16 @@ class Engine(CallChecks):
         # for this core cost 1-2 ms per step (a 1 KiB Bruck alltoall on 4 ranks, 2 cores: 3 ms)
         self.recv_spin = RECV_SPIN_CROWDED if self.crowded else RECV_SPIN
         # where this rank runs beside its peers, as its waits last found (ringworld.comm.pacing)
-        self.placement = Placement(self._placed)
+        if hasattr(self, "placement"):  # (agreed again: let go of the last one's descriptors)
+            self.placement.close()
+        self.placement = Placement(self._placed, outside=Outside(
+            self.transports[0] if len(self.transports) == 1 else None, usable_cpus()))
+
+    def _sleepy(self) -> bool:
+        """Whether a blocking receive may sleep in the transport at once, as a blocking
+        socket does: other work competes for the CPUs (:meth:`Placement.contended_at`) and no
+        nonblocking collective needs this rank's progress meanwhile."""
+        return not self.background and self.placement.contended_at(time.monotonic())
 
     def _placed(self, shared: bool) -> None:
         """The waits found this rank sharing its CPU with a peer (or no longer): a blocking

@@ -25,7 +25,9 @@ shared-memory flag waits of the collectives), chosen by where the awaited peers 
   competes for the cores), skip the first spin and sleep at once, as a blocking socket does
   (:meth:`Placement.contended_at`). Spinning there kept the CPU from the peer and from the
   kernel's copies: a 16 MiB stream between two ranks beside one busy process (2 cores) ran
-  at 0.46x a plain socket's speed, 1.35x quiet.
+  at 0.46x a plain socket's speed, 1.35x quiet. A blocking receive of a small message then
+  sleeps in the socket's read itself (the engine's ``sleepy``, see
+  ``TcpTransport.take_eager``): no Python runs between the data's arrival and its wake-up.
 * a wait longer than ``spin_time`` sleeps (the transport's ``wait_event``, woken by peers that
   flip what it waits on), so an idle rank stops burning a core.
 
@@ -50,18 +52,24 @@ import time
 from collections.abc import Callable, Collection
 
 from ringworld.transport.base import Transport
-from ringworld.transport.cpus import QueueWait, move_off, this_cpu
+from ringworld.transport.cpus import QueueWait, Runnable, move_off, this_cpu
 
 CPU_EVERY = 0.0001   # seconds between checks of where the awaited peers run, while sharing
 # ... and while apart: a 64 KiB allreduce (quiet, np=2) lost 2-5 % to a check every 100 us
 CPU_EVERY_APART = 0.001
 #: the check's share of a spinning wait stays below this: with many peers it runs less often
 CHECK_SHARE = 0.05
-QUEUE_EVERY = 0.001  # seconds between looks at this thread's run-queue wait (1.5 us each)
-#: a run-queue wait that grew by this share of the time since the last look: contended
-QUEUE_SHARE = 0.02
-#: a finding of contention lasts this long (s): waits that sleep at once hide it from the queue
-CONTENDED_HOLD = 0.1
+#: seconds between looks at this thread's run-queue wait (1.5 us each), the window each judges
+QUEUE_EVERY = 0.02
+#: a run-queue wait that grew by this share of the window: contended. np=2 ping-pong over TCP
+#: (2 cores), 20 ms windows of spinning waits: quiet, every share under 15 % (the job's own
+#: threads); beside one busy process, most 20-50 %, a third under 1 % (the scheduler lets the
+#: ranks run for long spells)
+QUEUE_SHARE = 0.2
+#: a finding of contention lasts this long (s), then a new window looks again. Nothing is
+#: judged meanwhile: waits that sleep lengthen the run-queue wait themselves (each wake-up on
+#: an idle CPU counts as waiting), so a look over them would find contention on a quiet host
+CONTENDED_HOLD = 0.5
 
 SPIN = 0
 YIELD = 1
@@ -82,21 +90,26 @@ class Placement:
 
     For waits that cannot see their peers (a socket's) it also keeps whether the host is
     ``contended`` (:meth:`contended_at`, from ``queue()``: this thread's run-queue wait in ns,
-    None where unknown); such waits then skip their first spin and sleep at once.
+    None where unknown; and ``outside()``: whether work other than the job's ranks wants more
+    CPUs than there are, None where unknown, see :class:`Outside`); such waits then skip their
+    first spin and sleep at once.
     """
 
     __slots__ = ("_hold_until", "_queued", "changed", "contended", "move", "next_check",
-                 "next_queue_check", "queue", "shared")
+                 "next_queue_check", "outside", "queue", "shared")
 
     def __init__(self, changed: Callable[[bool], None] | None = None,
                  move: Callable[[], bool] = lambda: move_off(this_cpu()),
-                 queue: Callable[[], int | None] | None = None) -> None:
+                 queue: Callable[[], int | None] | None = None,
+                 outside: Callable[[], bool | None] = lambda: None) -> None:
         self.shared = False
         self.next_check = 0.0
         self.changed = changed
         self.move = move  # moves this thread off its CPU; False if it cannot
         # this thread's run-queue wait in ns (None: unknown), for contended_at
         self.queue: Callable[[], int | None] = QueueWait() if queue is None else queue
+        # ... and whether other work than the job's wants more CPUs than there are (see Outside)
+        self.outside = outside
         self.contended = False
         self.next_queue_check = 0.0
         self._queued: tuple[int, float] | None = None  # the last look: (wait, when)
@@ -104,26 +117,39 @@ class Placement:
 
     def contended_at(self, now: float) -> bool:
         """Whether other work lately competed with this thread for the CPUs: its run-queue
-        wait grew by more than ``QUEUE_SHARE`` of the time between two looks (one look every
-        ``QUEUE_EVERY`` s at most); a finding holds ``CONTENDED_HOLD`` s, since waits that then
-        sleep at once leave the queue to the others. False where the wait cannot be read."""
+        wait grew by more than ``QUEUE_SHARE`` of a window of at least ``QUEUE_EVERY`` s
+        between two looks, and ``outside()`` does not deny that other work than the job's
+        ranks wants the CPUs at the window's end (the ranks of a job that outnumbers the cores
+        lengthen each other's run-queue waits too); a finding holds
+        ``CONTENDED_HOLD`` s, and the next window starts when it ends (see there). False where
+        the wait cannot be read. Cost: a comparison; a ``pread`` (1.5 us) per window, and
+        ``outside()`` where the queue wait grew."""
         if now < self.next_queue_check:
             return self.contended
+        if self.contended:
+            if now < self._hold_until:
+                return True
+            self.contended = False
+            self._queued = None  # (the window so far held sleeping waits: start afresh)
         self.next_queue_check = now + QUEUE_EVERY
         queued = self.queue()
         if queued is None:
             return False
         last, self._queued = self._queued, (queued, now)
-        if last is not None and queued - last[0] > QUEUE_SHARE * (now - last[1]) * 1e9:
+        if last is None or queued - last[0] <= QUEUE_SHARE * (now - last[1]) * 1e9:
+            return False
+        if self.outside() is not False:
             self._hold_until = now + CONTENDED_HOLD
-        self.contended = now < self._hold_until
+            self.next_queue_check = self._hold_until
+            self.contended = True
         return self.contended
 
     def close(self) -> None:
         """Let go of what the looks keep open (they reopen it if asked again)."""
-        close = getattr(self.queue, "close", None)
-        if close is not None:
-            close()
+        for look in (self.queue, self.outside):
+            close = getattr(look, "close", None)
+            if close is not None:
+                close()
 
     def check(self, transport: Transport, peers: Collection[int], now: float) -> bool:
         """Look again (if due) where ``peers`` run, through ``transport`` (one that
@@ -142,6 +168,35 @@ class Placement:
             if self.changed is not None:
                 self.changed(shared)
         return shared
+
+
+class Outside:
+    """Whether work other than the job's ranks wants more of this host's CPUs than there are,
+    now: more tasks run or wait to run than this process may use CPUs, and not all of them are
+    this rank and its peers here (``transport.runnable_peers()``; where that is unknown, the
+    count alone decides). None where the count cannot be read. A job with more ranks than
+    cores keeps its own ranks runnable (they yield); a quiet host's other tasks sleep. Cost:
+    a ``pread`` (0.5 us) and one per peer on this host (5 us each)."""
+
+    __slots__ = ("_cpus", "_runnable", "_transport")
+
+    def __init__(self, transport: Transport | None, cpus: int) -> None:
+        self._transport = transport
+        self._cpus = cpus
+        self._runnable = Runnable()
+
+    def __call__(self) -> bool | None:
+        running = self._runnable()
+        if running is None:
+            return None
+        if running <= self._cpus:
+            return False
+        peers = None if self._transport is None else self._transport.runnable_peers()
+        return peers is None or running - 1 - peers > 0
+
+    def close(self) -> None:
+        """Close the kept descriptor (it reopens on the next call)."""
+        self._runnable.close()
 
 
 class Pacer:

@@ -112,6 +112,10 @@ class BufferedIncoming(Incoming):
         return self
 
 
+def _never() -> bool:
+    return False
+
+
 class Transport(ABC):
     """Moves messages between this rank and a set of peers (world ranks)."""
 
@@ -121,6 +125,9 @@ class Transport(ABC):
     def __init__(self, rank: int, peers: Sequence[int]) -> None:
         self.rank = rank
         self.peers = tuple(peers)
+        #: whether :meth:`take_eager` may sleep in the kernel until its message arrives (where
+        #: the transport can: TCP's) rather than poll: set by the engine (the waiting policy)
+        self.sleepy: Callable[[], bool] = _never
 
     @abstractmethod
     def isend(
@@ -248,6 +255,11 @@ class Transport(ABC):
     #: whether :meth:`wait_event` sleeps in the kernel until a peer's data arrives (a socket's
     #: wait), so that a waiter that sleeps at once loses only the wake-up, not the message
     wakes_on_arrival = False
+
+    def runnable_peers(self) -> int | None:
+        """How many peers on this host run or wait to run now; None where the transport
+        cannot tell (the default)."""
+        return None
 
     def shares_cpu(self, ranks: Iterable[int]) -> bool:
         """Whether any of ``ranks`` (peers this transport reaches) last ran, or waits to run,

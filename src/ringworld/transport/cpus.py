@@ -128,6 +128,36 @@ class QueueWait:
                 os.close(fd)
 
 
+class Runnable:
+    """How many tasks on this host run or wait to run now: Linux's count of runnable tasks,
+    the fourth field of ``/proc/loadavg`` (host-wide: in a container it may count the host's).
+    None where it cannot be read. Cost: one ``pread`` of a kept descriptor (0.5 us)."""
+
+    __slots__ = ("_fd",)
+
+    def __init__(self) -> None:
+        self._fd = -1
+
+    def __call__(self) -> int | None:
+        if self._fd < 0:
+            try:
+                self._fd = os.open("/proc/loadavg", os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                return None
+        try:
+            field = os.pread(self._fd, 128, 0).split()[3]
+            return int(field[: field.index(b"/")])
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def close(self) -> None:
+        """Close the kept descriptor (it reopens on the next call)."""
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
 def move_off(cpu: int) -> bool:
     """Have the scheduler move the calling thread off ``cpu`` at once: its affinity is narrowed
     to the others for an instant, then restored exactly. False (nothing changed) when ``cpu``

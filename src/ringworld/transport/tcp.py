@@ -1,5 +1,7 @@
 """The TCP transport: one authenticated stream socket per peer, driven without blocking (but
-for one read: a wait on a large payload from a lone peer blocks in it, see TcpTransport._block).
+for two reads: a wait on a large payload from a lone peer blocks in it, see
+TcpTransport._block; and a blocking receive on a contended host sleeps in its socket's read,
+see TcpTransport.take_eager).
 
 Bootstrap (:meth:`TcpTransport.create`, in :mod:`.tcp_bootstrap`): every rank connects to every
 lower rank and accepts every higher one; each connection is authenticated with the job secret,
@@ -103,6 +105,8 @@ _CAN_BLOCK = bool(_DONTWAIT and _WAITALL and hasattr(socket, "SO_RCVLOWAT"))
 #: before it wakes (SO_RCVLOWAT, set for the read only)
 BLOCK_SLICE = 0.002
 BLOCK_LOWAT = 1 << 20
+TAKE_POLLS = 64  # reads that do not block in take_eager (the engine's spin looks at the CPUs)
+TAKE_BYTES = 64 << 10  # the largest payload take_eager takes (larger: the general path)
 _IOV_MAX = 512
 _STAGE_BYTES = 256 << 10
 _DIRECT_BYTES = 64 << 10  # payload rests at least this big are received straight into place
@@ -339,6 +343,13 @@ class TcpTransport(Transport):
         local = self._local
         return self._cpus.shares_cpu([local[r] for r in ranks if r in local], runnable=True,
                                      unknown=False)
+
+    def runnable_peers(self) -> int | None:
+        """How many peers on this host run or wait to run now (None: none is known to be
+        here). Cost: one ``/proc`` read per peer on this host (about 5 us)."""
+        if not self._local:
+            return None
+        return sum(self._cpus.cpu_of(pid, runnable=True) >= 0 for pid in self._local.values())
 
     # ----------------------------------------------------------------- bootstrap
 
@@ -617,11 +628,8 @@ class TcpTransport(Transport):
 
     def _fill(self, peer: _Peer) -> int:
         """Read into the staging buffer; return the byte count (0: nothing available)."""
-        avail = peer.rend - peer.rpos
         if peer.rpos:
-            if avail:
-                peer.stage_view[:avail] = bytes(peer.stage_view[peer.rpos : peer.rend])
-            peer.rpos, peer.rend = 0, avail
+            self._compact(peer)
         n = self._recv(peer, peer.stage_view[peer.rend :])
         peer.rend += n
         return n
@@ -639,6 +647,74 @@ class TcpTransport(Transport):
             self._fail(peer, "connection closed by the peer"
                              + (" in the middle of a message" if mid else ""))
         return n
+
+    supports_take_eager = True
+
+    def take_eager(self, source: int, context: int, tag: int, dest: memoryview | None,
+                   polls: int = 1) -> tuple[int, int, int, bytes | None] | int | None:
+        """The next message from ``source`` if it is small and arrives whole (see
+        :meth:`Transport.take_eager`): already staged, or within up to ``polls`` (at most
+        TAKE_POLLS) reads that do not block, or, where :attr:`sleepy` says so, within one read
+        that blocks up to BLOCK_SLICE, woken by the data as a blocking socket is.
+
+        Beside a busy process (2 cores, np=2, 8 bytes) a ping-pong's half round trip took
+        19-22 us, 27-31 us of CPU per round trip and rank, while the receives spun; 10-15 us,
+        10-15 us of CPU, sleeping in the read. Quiet, a spinning receive is the faster (9 us;
+        38 us sleeping: the idle CPU's wake-up). Cost: 0.75 us a read that finds nothing."""
+        peer = self._peers.get(source)
+        if (peer is None or peer.failed is not None or peer.state != _WANT_HEADER or peer.skip
+                or peer.deferred is not None or self._checksum or self._closed):
+            return None
+        for p in self._live:
+            if p.sendq:
+                return None
+        hsize = HEADER.size
+        if peer.rend - peer.rpos < hsize:
+            if peer.rpos:
+                self._compact(peer)
+            sock = peer.sock
+            try:
+                if _CAN_BLOCK and self.sleepy():
+                    n = sock.recv_into(peer.stage_view[peer.rend :], 0, 0)
+                else:
+                    for _ in range(min(polls, TAKE_POLLS)):
+                        try:
+                            n = sock.recv_into(peer.stage_view[peer.rend :], 0, _DONTWAIT)
+                            break
+                        except BlockingIOError:
+                            pass
+                    else:
+                        return 0
+            except OSError:
+                return 0  # (a blocking read's timeout; a broken connection: the next poll's)
+            if n == 0:
+                return None  # (the peer closed: the next poll fails it)
+            peer.rend += n
+            if peer.rend - peer.rpos < hsize:
+                return None
+        at = peer.rpos
+        magic, version, flags, ctx, mtag, nbytes = HEADER.unpack_from(peer.stage, at)
+        if (magic != MAGIC or version != VERSION or ctx != context or (mtag != tag and tag != -1)
+                or nbytes > TAKE_BYTES or (dest is not None and nbytes > len(dest))):
+            return None
+        start = at + (FRAME_ALIGN if nbytes >= LEAD_MIN_BYTES else hsize)
+        end = start + nbytes
+        if end > peer.rend:
+            return None
+        payload: bytes | None = None
+        if dest is None:
+            payload = bytes(peer.stage_view[start:end])
+        elif nbytes:
+            dest[:nbytes] = peer.stage_view[start:end]
+        _drop(peer, end - at + (-(end - at) & _ALIGN_MASK))
+        return mtag, flags, nbytes, payload
+
+    def _compact(self, peer: _Peer) -> None:
+        """Move the staged bytes to the front of the staging buffer."""
+        avail = peer.rend - peer.rpos
+        if avail:
+            peer.stage_view[:avail] = bytes(peer.stage_view[peer.rpos : peer.rend])
+        peer.rpos, peer.rend = 0, avail
 
     # ----------------------------------------------------------------- failures, waiting, close
 
