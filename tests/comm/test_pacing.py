@@ -204,10 +204,24 @@ class Queue:
         return self.ns
 
 
+class Other:
+    """Stands for pacing.Outside: ``wants`` answers outside(False) (other work wants more CPUs
+    than there are), ``present`` outside(True) (other work runs at all); counts the asks."""
+
+    def __init__(self, wants: bool | None = True, present: bool | None = False) -> None:
+        self.wants = wants
+        self.present = present
+        self.asked: list[bool] = []
+
+    def __call__(self, anywhere: bool) -> bool | None:
+        self.asked.append(anywhere)
+        return self.present if anywhere else self.wants
+
+
 def test_a_socket_wait_spins_on_a_quiet_host_and_sleeps_at_once_on_a_busy_one() -> None:
     w = pacing.QUEUE_EVERY
     queue = Queue()
-    placement = Placement(move=lambda: False, queue=queue, outside=lambda: True)
+    placement = Placement(move=lambda: False, queue=queue, outside=Other())
     p = _pacer(Socket(False), placement, spin_time=1.0)
     assert p.step(0.0) == SPIN  # the first look: nothing to compare yet
     queue.ns += int(w * 0.1 * 1e9)  # a tenth of the window waited for a CPU: quiet
@@ -230,14 +244,36 @@ def test_a_socket_wait_spins_on_a_quiet_host_and_sleeps_at_once_on_a_busy_one() 
     assert not placement.shared  # (the shared-CPU finding is another one: left alone)
 
 
+def test_a_finding_is_held_while_other_work_runs_then_a_window_looks_again() -> None:
+    w, hold = pacing.QUEUE_EVERY, pacing.CONTENDED_HOLD
+    queue, other = Queue(), Other(present=True)
+    placement = Placement(move=lambda: False, queue=queue, outside=other)
+    p = _pacer(Socket(False), placement, spin_time=100.0)
+    p.step(0.0)
+    queue.ns += int(w * pacing.QUEUE_SHARE * 2e9)
+    assert p.step(w) == SLEEP and placement.contended and queue.looks == 2
+    queue.ns = 0  # (a window now would find nothing: only the other work's presence holds)
+    t = w + hold
+    while t < w + pacing.CONTENDED_RECHECK:  # held again and again, no window looked at
+        assert p.step(t) == SLEEP and queue.looks == 2, t
+        t += hold
+    assert p.step(t) == SPIN and not placement.contended  # past the recheck: a window
+    assert queue.looks == 3
+    # held no longer once the other work is gone
+    queue.ns = 10**12
+    assert p.step(t + w) == SLEEP and queue.looks == 4
+    other.present = False
+    assert p.step(t + w + hold) == SPIN and not placement.contended
+
+
 def test_a_grown_queue_wait_is_contention_unless_no_other_work_wants_the_cpus() -> None:
     """The ranks of a job that outnumbers the cores lengthen each other's run-queue waits;
-    where ``outside()`` finds no other work wanting the CPUs, that is not contention. Where it
+    where ``outside(False)`` finds no other work wanting the CPUs, that is not contention. Where it
     cannot tell (None), the queue alone decides."""
     w = pacing.QUEUE_EVERY
     for outside, found in ((False, False), (True, True), (None, True)):
         queue = Queue()
-        placement = Placement(move=lambda: False, queue=queue, outside=lambda o=outside: o)
+        placement = Placement(move=lambda: False, queue=queue, outside=Other(wants=outside))
         p = _pacer(Socket(False), placement, spin_time=1.0)
         assert p.step(0.0) == SPIN
         queue.ns += int(w * pacing.QUEUE_SHARE * 2e9)
@@ -252,10 +288,11 @@ def test_outside_work_is_more_runnable_tasks_than_cpus_not_all_the_jobs() -> Non
         def runnable_peers(self) -> int | None:
             return self.n
 
-    def outside(running: int | None, peers: int | None, cpus: int = 2) -> bool | None:
+    def outside(running: int | None, peers: int | None, cpus: int = 2,
+                anywhere: bool = False) -> bool | None:
         o = Outside(Peers(peers), cpus)  # type: ignore[arg-type]  # duck-typed stand-in
         o._runnable = lambda: running  # type: ignore[assignment, method-assign]
-        return o()
+        return o(anywhere)
 
     assert outside(None, 1) is None  # no /proc/loadavg: unknown
     assert outside(2, 1) is False  # no more runnable than CPUs
@@ -263,12 +300,15 @@ def test_outside_work_is_more_runnable_tasks_than_cpus_not_all_the_jobs() -> Non
     assert outside(3, 2) is False  # this rank and two peers of the job: the job's own
     assert outside(4, 3, cpus=2) is False and outside(5, 3) is True
     assert outside(3, None) is True  # the peers cannot be seen: the count alone
-    assert Outside(None, 1)() in (True, False, None)  # (reads this host: any answer)
+    # any other work at all, however many CPUs: the peers must be seen
+    assert outside(2, 0, anywhere=True) is True and outside(2, 1, anywhere=True) is False
+    assert outside(1, 0, anywhere=True) is False and outside(2, None, anywhere=True) is None
+    assert Outside(None, 1)(False) in (True, False, None)  # (reads this host: any answer)
 
 
 def test_only_a_wait_that_sleeps_until_arrival_looks_at_the_queue() -> None:
     queue = Queue()
-    placement = Placement(move=lambda: False, queue=queue, outside=lambda: True)
+    placement = Placement(move=lambda: False, queue=queue, outside=Other())
 
     class Blind(Where):
         knows_cpus = False
@@ -278,7 +318,7 @@ def test_only_a_wait_that_sleeps_until_arrival_looks_at_the_queue() -> None:
         assert p.step(0.0) == SPIN and p.step(2 * pacing.QUEUE_EVERY) == SPIN
     assert queue.looks == 0
     # no schedstat: spin as before
-    unknown = Placement(move=lambda: False, queue=Queue(None), outside=lambda: True)
+    unknown = Placement(move=lambda: False, queue=Queue(None), outside=Other())
     p = _pacer(Socket(False), unknown)
     assert p.step(0.0) == SPIN and p.step(0.001) == SPIN and p.step(0.0101) == SLEEP
 
@@ -316,7 +356,7 @@ def test_an_engine_on_a_contended_host_sleeps_after_a_short_first_spin() -> None
     busy = Queue()
     e = Engine(0, 2, [None, wire], cpus=[64, 64])
     e.placement.queue = busy
-    e.placement.outside = lambda: True  # (other work wants the CPUs, whatever this host has)
+    e.placement.outside = Other()  # (other work wants the CPUs, whatever this host has)
     e.placement.move = lambda: False
     try:
         e.wait_for(lambda: len(wire.sleeps) > 0, 5.0, lambda: "test")
@@ -376,10 +416,10 @@ class LocalSocket(Where):
 
 def test_a_socket_wait_sleeps_when_a_peer_runs_on_this_cpu() -> None:
     queue = Queue()
-    shared = Placement(move=lambda: False, queue=queue, outside=lambda: True)
+    shared = Placement(move=lambda: False, queue=queue, outside=Other())
     assert _pacer(LocalSocket(True), shared).step(0.0) == SLEEP  # not a yield: data wakes it
     assert shared.shared
-    apart = Placement(move=lambda: False, queue=queue, outside=lambda: True)
+    apart = Placement(move=lambda: False, queue=queue, outside=Other())
     p = _pacer(LocalSocket(False), apart, spin_time=1.0)
     assert p.step(0.0) == SPIN  # a quiet host, the peer elsewhere: spin as before
     queue.ns += 10**12  # other work took the CPU: sleep at once, as where it cannot tell

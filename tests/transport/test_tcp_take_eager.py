@@ -10,6 +10,7 @@ kind return what was sent, spinning or sleeping."""
 from __future__ import annotations
 
 import socket
+import struct
 import threading
 import time
 from collections.abc import Iterator
@@ -183,6 +184,43 @@ def test_nothing_arrived_gives_zero_and_a_sleeping_take_is_woken_by_the_data(
     finally:
         timer.join()
     assert dest.tobytes() == data.tobytes()
+
+
+def _frame(context: int, tag: int, payload: bytes) -> bytes:
+    """A frame as TcpTransport.isend writes it (checksums off)."""
+    head = tcp.HEADER.pack(tcp.MAGIC, tcp.VERSION, 0, context, tag, len(payload))
+    lead = tcp.FRAME_ALIGN - len(head) if len(payload) >= tcp.LEAD_MIN_BYTES else 0
+    body = head + bytes(lead) + payload
+    return body + bytes(-len(body) % tcp.FRAME_ALIGN)
+
+
+@pytest.mark.parametrize("sleepy", [False, True], ids=["polling", "sleeping"])
+def test_a_frame_whose_rest_comes_later_is_read_on_or_left_whole_to_the_general_path(
+        pair: tuple[TcpTransport, TcpTransport], sleepy: bool) -> None:
+    ta, tb = pair
+    tb.sleepy = lambda: sleepy
+    payload = _data(5000, 9).tobytes()
+    frame = _frame(4, 3, payload)
+    raw = ta._peers[1].sock
+    raw.sendall(frame[:1000])  # the header and a part of the payload
+    dest = bytearray(5000)
+    if sleepy and tcp._CAN_BLOCK:  # reads on, asleep in the socket, until the rest is there
+        # (each read's slice made 1 s, so that the rest lands within one whatever the load)
+        tb._peers[0].sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO,
+                                     struct.pack("ll", 1, 0))
+        timer = threading.Timer(0.05, lambda: raw.sendall(frame[1000:]))
+        timer.start()
+        try:
+            assert _take(tb, 0, 4, 3, memoryview(dest)) == (3, 0, 5000, None)
+        finally:
+            timer.join()
+        assert bytes(dest) == payload
+    else:  # polls out: the staged part is left to the general path, which reads the rest
+        assert _take(tb, 0, 4, 3, memoryview(dest)) is None
+        raw.sendall(frame[1000:])
+        assert _drain(tb, 1) == [(4, 3, payload)]
+    _send(ta, 1, 4, 1, _data(8, 1))  # and the stream is in step after it
+    assert _take(tb, 0, 4, 1, memoryview(dest)) == (1, 0, 8, None)
 
 
 @pytest.mark.parametrize("sleepy", [False, True], ids=["polling", "sleeping"])

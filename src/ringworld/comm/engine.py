@@ -184,8 +184,9 @@ class Engine(CallChecks):
         # for this core cost 1-2 ms per step (a 1 KiB Bruck alltoall on 4 ranks, 2 cores: 3 ms)
         self.recv_spin = RECV_SPIN_CROWDED if self.crowded else RECV_SPIN
         # where this rank runs beside its peers, as its waits last found (ringworld.comm.pacing)
-        if hasattr(self, "placement"):  # (agreed again: let go of the last one's descriptors)
-            self.placement.close()
+        last: Placement | None = getattr(self, "placement", None)
+        if last is not None:  # (agreed again: let go of the last one's descriptors)
+            last.close()
         self.placement = Placement(self._placed, outside=Outside(
             self.transports[0] if len(self.transports) == 1 else None, usable_cpus()))
 

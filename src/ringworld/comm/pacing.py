@@ -66,10 +66,15 @@ QUEUE_EVERY = 0.02
 #: threads); beside one busy process, most 20-50 %, a third under 1 % (the scheduler lets the
 #: ranks run for long spells)
 QUEUE_SHARE = 0.2
-#: a finding of contention lasts this long (s), then a new window looks again. Nothing is
-#: judged meanwhile: waits that sleep lengthen the run-queue wait themselves (each wake-up on
-#: an idle CPU counts as waiting), so a look over them would find contention on a quiet host
+#: a finding of contention lasts this long (s); then, while other work than the job's still
+#: runs or waits to run, it is held again, for up to CONTENDED_RECHECK s in all, after which a
+#: new window looks again. No window judges meanwhile: waits that sleep lengthen the run-queue
+#: wait themselves (each wake-up on an idle CPU counts as waiting), so a look over them would
+#: find contention on a quiet host; and a window of spinning waits costs (a 16 MiB ping-pong
+#: beside one busy process, np=2: 10.1-10.6 ms a half round trip with a new window every 0.5
+#: s, contended 71-91 % of the time; 9.0-9.8 ms found contended throughout)
 CONTENDED_HOLD = 0.5
+CONTENDED_RECHECK = 5.0
 
 SPIN = 0
 YIELD = 1
@@ -95,13 +100,13 @@ class Placement:
     first spin and sleep at once.
     """
 
-    __slots__ = ("_hold_until", "_queued", "changed", "contended", "move", "next_check",
-                 "next_queue_check", "outside", "queue", "shared")
+    __slots__ = ("_held_since", "_hold_until", "_queued", "changed", "contended", "move",
+                 "next_check", "next_queue_check", "outside", "queue", "shared")
 
     def __init__(self, changed: Callable[[bool], None] | None = None,
                  move: Callable[[], bool] = lambda: move_off(this_cpu()),
                  queue: Callable[[], int | None] | None = None,
-                 outside: Callable[[], bool | None] = lambda: None) -> None:
+                 outside: Callable[[bool], bool | None] = lambda anywhere: None) -> None:
         self.shared = False
         self.next_check = 0.0
         self.changed = changed
@@ -114,20 +119,25 @@ class Placement:
         self.next_queue_check = 0.0
         self._queued: tuple[int, float] | None = None  # the last look: (wait, when)
         self._hold_until = -1.0
+        self._held_since = -1.0  # when the finding held now was made
 
     def contended_at(self, now: float) -> bool:
         """Whether other work lately competed with this thread for the CPUs: its run-queue
         wait grew by more than ``QUEUE_SHARE`` of a window of at least ``QUEUE_EVERY`` s
-        between two looks, and ``outside()`` does not deny that other work than the job's
-        ranks wants the CPUs at the window's end (the ranks of a job that outnumbers the cores
-        lengthen each other's run-queue waits too); a finding holds
-        ``CONTENDED_HOLD`` s, and the next window starts when it ends (see there). False where
+        between two looks, and ``outside(False)`` does not deny that other work than the job's
+        ranks wants more CPUs than there are at the window's end (the ranks of a job that
+        outnumbers the cores lengthen each other's run-queue waits too); a finding holds
+        ``CONTENDED_HOLD`` s, again while ``outside(True)`` finds other work running (up to
+        ``CONTENDED_RECHECK`` s), and the next window starts when it ends (see there). False where
         the wait cannot be read. Cost: a comparison; a ``pread`` (1.5 us) per window, and
         ``outside()`` where the queue wait grew."""
         if now < self.next_queue_check:
             return self.contended
         if self.contended:
             if now < self._hold_until:
+                return True
+            if now < self._held_since + CONTENDED_RECHECK and self.outside(True):
+                self._hold_until = self.next_queue_check = now + CONTENDED_HOLD
                 return True
             self.contended = False
             self._queued = None  # (the window so far held sleeping waits: start afresh)
@@ -138,9 +148,9 @@ class Placement:
         last, self._queued = self._queued, (queued, now)
         if last is None or queued - last[0] <= QUEUE_SHARE * (now - last[1]) * 1e9:
             return False
-        if self.outside() is not False:
-            self._hold_until = now + CONTENDED_HOLD
-            self.next_queue_check = self._hold_until
+        if self.outside(False) is not False:
+            self._hold_until = self.next_queue_check = now + CONTENDED_HOLD
+            self._held_since = now
             self.contended = True
         return self.contended
 
@@ -171,12 +181,14 @@ class Placement:
 
 
 class Outside:
-    """Whether work other than the job's ranks wants more of this host's CPUs than there are,
-    now: more tasks run or wait to run than this process may use CPUs, and not all of them are
-    this rank and its peers here (``transport.runnable_peers()``; where that is unknown, the
-    count alone decides). None where the count cannot be read. A job with more ranks than
-    cores keeps its own ranks runnable (they yield); a quiet host's other tasks sleep. Cost:
-    a ``pread`` (0.5 us) and one per peer on this host (5 us each)."""
+    """``outside(False)``: whether work other than the job's ranks wants more of this host's
+    CPUs than there are, now: more tasks run or wait to run than this process may use CPUs,
+    and not all of them are this rank and its peers here (``transport.runnable_peers()``;
+    where that is unknown, the count alone decides). ``outside(True)``: whether any task but
+    this rank and its peers here runs or waits to run at all (None where the peers are
+    unknown). None where the count cannot be read. A job with more ranks than cores keeps its
+    own ranks runnable (they yield); a quiet host's other tasks sleep. Cost: a ``pread`` (0.5
+    us) and one per peer on this host (5 us each)."""
 
     __slots__ = ("_cpus", "_runnable", "_transport")
 
@@ -185,14 +197,16 @@ class Outside:
         self._cpus = cpus
         self._runnable = Runnable()
 
-    def __call__(self) -> bool | None:
+    def __call__(self, anywhere: bool) -> bool | None:
         running = self._runnable()
         if running is None:
             return None
-        if running <= self._cpus:
+        if not anywhere and running <= self._cpus:
             return False
         peers = None if self._transport is None else self._transport.runnable_peers()
-        return peers is None or running - 1 - peers > 0
+        if peers is None:
+            return None if anywhere else True
+        return running - 1 - peers > 0
 
     def close(self) -> None:
         """Close the kept descriptor (it reopens on the next call)."""
