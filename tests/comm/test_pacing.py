@@ -19,7 +19,7 @@ from ringworld.comm import pacing
 from ringworld.comm.engine import RECV_SPIN, SHARED_POLLS, Engine
 from ringworld.comm.pacing import SLEEP, SPIN, YIELD, Outside, Pacer, Placement
 from ringworld.transport.base import Transport
-from ringworld.transport.cpus import CpuWatch, QueueWait, Runnable, move_off, this_cpu
+from ringworld.transport.cpus import CpuWatch, Runnable, move_off, this_cpu
 
 
 class Where:
@@ -192,95 +192,47 @@ class Socket(Where):
     wakes_on_arrival = True
 
 
-class Queue:
-    """Stands for this thread's run-queue wait (ns): the test sets it; counts the looks."""
+class Other:
+    """Stands for pacing.Outside: answers ``found`` (other work competes for the CPUs, or
+    None: cannot tell); counts the looks."""
 
-    def __init__(self, ns: int | None = 0) -> None:
-        self.ns = ns
+    def __init__(self, found: bool | None = False) -> None:
+        self.found = found
         self.looks = 0
 
-    def __call__(self) -> int | None:
+    def __call__(self) -> bool | None:
         self.looks += 1
-        return self.ns
-
-
-class Other:
-    """Stands for pacing.Outside: ``wants`` answers outside(False) (other work wants more CPUs
-    than there are), ``present`` outside(True) (other work runs at all); counts the asks."""
-
-    def __init__(self, wants: bool | None = True, present: bool | None = False) -> None:
-        self.wants = wants
-        self.present = present
-        self.asked: list[bool] = []
-
-    def __call__(self, anywhere: bool) -> bool | None:
-        self.asked.append(anywhere)
-        return self.present if anywhere else self.wants
+        return self.found
 
 
 def test_a_socket_wait_spins_on_a_quiet_host_and_sleeps_at_once_on_a_busy_one() -> None:
-    w = pacing.QUEUE_EVERY
-    queue = Queue()
-    placement = Placement(move=lambda: False, queue=queue, outside=Other())
-    p = _pacer(Socket(False), placement, spin_time=1.0)
-    assert p.step(0.0) == SPIN  # the first look: nothing to compare yet
-    queue.ns += int(w * 0.1 * 1e9)  # a tenth of the window waited for a CPU: quiet
-    assert p.step(w) == SPIN and not placement.contended
-    assert p.step(1.5 * w) == SPIN and queue.looks == 2  # not looked at again yet
-    queue.ns += int(w * pacing.QUEUE_SHARE * 2e9)  # other work took the CPU meanwhile
-    assert p.step(2 * w) == SLEEP and placement.contended
-    # the finding holds for later waits though they, sleeping, leave the queue to the others,
-    # and nothing is looked at meanwhile (a sleeping wait's wake-ups count as queue waits)
-    queue.ns += 10**12
-    later = _pacer(Socket(False), placement, now=0.05)
-    assert later.step(0.05) == SLEEP and queue.looks == 3
-    # the hold over, a new window starts from a fresh look: the waits slept before it
-    after = 2 * w + pacing.CONTENDED_HOLD
-    p = _pacer(Socket(False), placement, now=after, spin_time=1.0)
-    assert p.step(after) == SPIN and not placement.contended and queue.looks == 4
-    assert p.step(after + w) == SPIN and queue.looks == 5  # quiet again: spin
-    queue.ns += int(w * pacing.QUEUE_SHARE * 2e9)
-    assert p.step(after + 2 * w) == SLEEP  # busy again: found in one window
-    assert not placement.shared  # (the shared-CPU finding is another one: left alone)
+    def at(k: float) -> float:  # the time of the k-th look (a little past it: float sums)
+        return k * pacing.LOOK_EVERY * 1.001
 
-
-def test_a_finding_is_held_while_other_work_runs_then_a_window_looks_again() -> None:
-    w, hold = pacing.QUEUE_EVERY, pacing.CONTENDED_HOLD
-    queue, other = Queue(), Other(present=True)
-    placement = Placement(move=lambda: False, queue=queue, outside=other)
+    other = Other()
+    placement = Placement(move=lambda: False, outside=other)
     p = _pacer(Socket(False), placement, spin_time=100.0)
-    p.step(0.0)
-    queue.ns += int(w * pacing.QUEUE_SHARE * 2e9)
-    assert p.step(w) == SLEEP and placement.contended and queue.looks == 2
-    queue.ns = 0  # (a window now would find nothing: only the other work's presence holds)
-    t = w + hold
-    while t < w + pacing.CONTENDED_RECHECK:  # held again and again, no window looked at
-        assert p.step(t) == SLEEP and queue.looks == 2, t
-        t += hold
-    assert p.step(t) == SPIN and not placement.contended  # past the recheck: a window
-    assert queue.looks == 3
-    # held no longer once the other work is gone
-    queue.ns = 10**12
-    assert p.step(t + w) == SLEEP and queue.looks == 4
-    other.present = False
-    assert p.step(t + w + hold) == SPIN and not placement.contended
+    assert p.step(0.0) == SPIN and other.looks == 1  # quiet
+    other.found = True  # other work now competes for the CPUs
+    assert p.step(at(0.5)) == SPIN and other.looks == 1  # not looked at again yet
+    assert p.step(at(1)) == SPIN and not placement.contended  # one look: maybe a passing task
+    assert p.step(at(2)) == SLEEP and placement.contended and other.looks == 3  # two in a row
+    # the finding holds for later waits, and across a look that disagrees once
+    later = _pacer(Socket(False), placement, now=at(2.5), spin_time=100.0)
+    assert later.step(at(2.5)) == SLEEP
+    other.found = False
+    assert later.step(at(3)) == SLEEP and placement.contended
+    other.found = True
+    assert later.step(at(4)) == SLEEP and later.step(at(5)) == SLEEP
+    other.found = False  # gone for good: two looks in a row, and the waits spin again
+    assert later.step(at(6)) == SLEEP and later.step(at(7)) == SPIN
+    assert not placement.contended and not placement.shared  # (the shared-CPU finding: apart)
+    unknown = Placement(move=lambda: False, outside=Other(None))  # cannot tell: spin
+    p = _pacer(Socket(False), unknown, spin_time=100.0)
+    assert all(p.step(at(k)) == SPIN for k in range(5)) and not unknown.contended
 
 
-def test_a_grown_queue_wait_is_contention_unless_no_other_work_wants_the_cpus() -> None:
-    """The ranks of a job that outnumbers the cores lengthen each other's run-queue waits;
-    where ``outside(False)`` finds no other work wanting the CPUs, that is not contention. Where it
-    cannot tell (None), the queue alone decides."""
-    w = pacing.QUEUE_EVERY
-    for outside, found in ((False, False), (True, True), (None, True)):
-        queue = Queue()
-        placement = Placement(move=lambda: False, queue=queue, outside=Other(wants=outside))
-        p = _pacer(Socket(False), placement, spin_time=1.0)
-        assert p.step(0.0) == SPIN
-        queue.ns += int(w * pacing.QUEUE_SHARE * 2e9)
-        assert (p.step(w) == SLEEP) == found and placement.contended == found, outside
-
-
-def test_outside_work_is_more_runnable_tasks_than_cpus_not_all_the_jobs() -> None:
+def test_outside_work_is_another_task_that_would_make_the_job_wait_for_a_cpu() -> None:
     class Peers:
         def __init__(self, n: int | None) -> None:
             self.n = n
@@ -289,38 +241,37 @@ def test_outside_work_is_more_runnable_tasks_than_cpus_not_all_the_jobs() -> Non
             return self.n
 
     def outside(running: int | None, peers: int | None, cpus: int = 2,
-                anywhere: bool = False) -> bool | None:
-        o = Outside(Peers(peers), cpus)  # type: ignore[arg-type]  # duck-typed stand-in
+                here: int = 2) -> bool | None:
+        o = Outside(Peers(peers), cpus, here)  # type: ignore[arg-type]  # duck-typed stand-in
         o._runnable = lambda: running  # type: ignore[assignment, method-assign]
-        return o(anywhere)
+        return o()
 
     assert outside(None, 1) is None  # no /proc/loadavg: unknown
-    assert outside(2, 1) is False  # no more runnable than CPUs
-    assert outside(3, 1) is True  # this rank, its peer and one more
-    assert outside(3, 2) is False  # this rank and two peers of the job: the job's own
-    assert outside(4, 3, cpus=2) is False and outside(5, 3) is True
-    assert outside(3, None) is True  # the peers cannot be seen: the count alone
-    # any other work at all, however many CPUs: the peers must be seen
-    assert outside(2, 0, anywhere=True) is True and outside(2, 1, anywhere=True) is False
-    assert outside(1, 0, anywhere=True) is False and outside(2, None, anywhere=True) is None
-    assert Outside(None, 1)(False) in (True, False, None)  # (reads this host: any answer)
+    assert outside(2, 1) is False  # this rank and its peer: the job alone
+    assert outside(2, 0) is True  # this rank and one other task, the peer asleep: the peer
+    assert outside(3, 1) is True  # ... would find both CPUs taken, as it does here
+    assert outside(3, 1, cpus=4) is False  # room for the job beside the other task
+    assert outside(3, 1, cpus=4, here=4) is True  # ... but not for four ranks
+    assert outside(4, 3, here=4) is False  # a job with more ranks than cores, alone
+    assert outside(5, 3, here=4) is True  # ... and beside another task
+    assert outside(1, None) is False  # this rank alone runs: nothing to ask the peers
+    assert outside(3, None) is None  # peers here that cannot be seen: cannot tell
+    assert outside(3, None, here=1) is True  # no peer here: the others are not the job's
+    assert outside(2, None, cpus=2, here=1) is False
+    assert Outside(None, 1, 1)() in (True, False, None)  # (reads this host: any answer)
 
 
-def test_only_a_wait_that_sleeps_until_arrival_looks_at_the_queue() -> None:
-    queue = Queue()
-    placement = Placement(move=lambda: False, queue=queue, outside=Other())
+def test_only_a_wait_that_sleeps_until_arrival_looks_for_other_work() -> None:
+    other = Other(True)
+    placement = Placement(move=lambda: False, outside=other)
 
     class Blind(Where):
         knows_cpus = False
 
     for t in (None, Blind(False)):
         p = _pacer(t, placement, spin_time=1.0)
-        assert p.step(0.0) == SPIN and p.step(2 * pacing.QUEUE_EVERY) == SPIN
-    assert queue.looks == 0
-    # no schedstat: spin as before
-    unknown = Placement(move=lambda: False, queue=Queue(None), outside=Other())
-    p = _pacer(Socket(False), unknown)
-    assert p.step(0.0) == SPIN and p.step(0.001) == SPIN and p.step(0.0101) == SLEEP
+        assert p.step(0.0) == SPIN and p.step(2 * pacing.LOOK_EVERY) == SPIN
+    assert other.looks == 0
 
 
 class Wire(Transport):
@@ -353,19 +304,19 @@ class Wire(Transport):
 
 def test_an_engine_on_a_contended_host_sleeps_after_a_short_first_spin() -> None:
     wire = Wire()
-    busy = Queue()
+    busy = Other(False)
     e = Engine(0, 2, [None, wire], cpus=[64, 64])
-    e.placement.queue = busy
-    e.placement.outside = Other()  # (other work wants the CPUs, whatever this host has)
+    e.placement.outside = busy
     e.placement.move = lambda: False
     try:
         e.wait_for(lambda: len(wire.sleeps) > 0, 5.0, lambda: "test")
         quiet = wire.sleeps[0]  # a quiet host: the whole spin (SPIN_TIME) before sleeping
         assert quiet > engine_module.FAST_POLLS + engine_module.SPIN_POLLS
         wire.polls, wire.sleeps = 0, []
-        busy.ns = 10**12  # this thread waited for a CPU: the host is contended
-        e.placement.next_queue_check = 0.0
-        e.wait_for(lambda: len(wire.sleeps) > 0, 5.0, lambda: "test")
+        busy.found = True  # other work competes for the CPUs: two looks find it
+        for _ in range(pacing.LOOKS_AGREE):
+            e.placement.next_look = 0.0
+            e.placement.contended_at(1.0)
         assert e.placement.contended
         wire.polls, wire.sleeps = 0, []
         e.wait_for(lambda: len(wire.sleeps) > 0, 5.0, lambda: "test")
@@ -373,26 +324,6 @@ def test_an_engine_on_a_contended_host_sleeps_after_a_short_first_spin() -> None
         assert wire.sleeps[0] <= 2 * engine_module.SHARED_POLLS + 2, wire.sleeps
     finally:
         e.close()
-
-
-def test_queue_wait_reads_this_threads_run_queue_wait() -> None:
-    import threading
-
-    q = QueueWait()
-    try:
-        first = q()
-        if first is None:
-            pytest.skip("no /proc/thread-self/schedstat here")
-        assert first >= 0 and q() >= first  # type: ignore[operator]
-        got: list[int | None] = []
-        t = threading.Thread(target=lambda: got.append(q()))  # another thread: its own file
-        t.start()
-        t.join()
-        assert got[0] is not None and got[0] >= 0
-    finally:
-        q.close()
-    assert q() is not None  # reopens after close
-    q.close()
 
 
 def test_runnable_reads_the_hosts_runnable_tasks() -> None:
@@ -415,15 +346,17 @@ class LocalSocket(Where):
 
 
 def test_a_socket_wait_sleeps_when_a_peer_runs_on_this_cpu() -> None:
-    queue = Queue()
-    shared = Placement(move=lambda: False, queue=queue, outside=Other())
+    shared = Placement(move=lambda: False, outside=Other())
     assert _pacer(LocalSocket(True), shared).step(0.0) == SLEEP  # not a yield: data wakes it
     assert shared.shared
-    apart = Placement(move=lambda: False, queue=queue, outside=Other())
+    other = Other()
+    apart = Placement(move=lambda: False, outside=other)
     p = _pacer(LocalSocket(False), apart, spin_time=1.0)
     assert p.step(0.0) == SPIN  # a quiet host, the peer elsewhere: spin as before
-    queue.ns += 10**12  # other work took the CPU: sleep at once, as where it cannot tell
-    assert p.step(pacing.QUEUE_EVERY) == SLEEP and apart.contended and not apart.shared
+    other.found = True  # other work competes: sleep at once, as where it cannot tell
+    w = pacing.LOOK_EVERY * 1.001
+    assert p.step(w) == SPIN and p.step(2 * w) == SLEEP
+    assert apart.contended and not apart.shared
 
 
 class Polled(Wire):

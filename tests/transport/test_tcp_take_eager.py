@@ -145,6 +145,31 @@ def test_a_message_it_may_not_take_is_left_whole_for_the_general_path(
         assert got == [(ctx, tag, data.tobytes())]
 
 
+def test_after_a_large_message_the_next_is_left_to_the_general_path(
+        pair: tuple[TcpTransport, TcpTransport]) -> None:
+    """A large message read by poll makes the next take decline at once (the next is likely
+    large too, and its read is better left to the general wait); a small one read by poll
+    lets the takes take again."""
+    ta, tb = pair
+    big = _data(tcp.TAKE_BYTES + 1, 1)
+    ta.isend(1, 4, 1, 0, [memoryview(big)], big.nbytes)
+    kept = _Kept()
+    deadline = time.monotonic() + 10
+    while not kept.got:
+        assert time.monotonic() < deadline
+        ta.poll(lambda inc: inc.detach())
+        tb.poll(kept)
+    assert kept.got == [(4, 1, big.tobytes())]
+    _send(ta, 1, 4, 2, _data(8, 2))
+    time.sleep(0.05)  # (arrived: a take would find it)
+    assert tb.take_eager(0, 4, 2, memoryview(bytearray(8)), 64) is None
+    assert _drain(tb, 1) == [(4, 2, _data(8, 2).tobytes())]
+    _send(ta, 1, 4, 3, _data(8, 3))
+    dest = bytearray(8)
+    assert _take(tb, 0, 4, 3, memoryview(dest)) == (3, 0, 8, None)
+    assert bytes(dest) == _data(8, 3).tobytes()
+
+
 def test_it_declines_with_checksums_on_or_sends_queued() -> None:
     ta, tb = _transports(checksum=True)
     try:
@@ -243,7 +268,7 @@ def test_the_engine_lets_a_lone_transport_sleep_only_when_contended_and_unneeded
     try:
         assert tb.sleepy() is False  # a quiet host
         e.placement.contended = True  # (as Placement.contended_at finds it, and holds it)
-        e.placement._hold_until = e.placement.next_queue_check = time.monotonic() + 60
+        e.placement.next_look = time.monotonic() + 60
         assert tb.sleepy() is True
         e.background.append(lambda: None)  # a nonblocking collective needs this rank's polls
         assert tb.sleepy() is False

@@ -128,6 +128,7 @@ class Engine(CallChecks):
         # blocked in any wait still forwards the data its peers need (MPI's progress rule)
         self.background: list[Callable[[], object]] = []
         self._init_calls()  # the bookkeeping of collective calls (see CallChecks)
+        self.hosts: list[str] = list(hosts) if hosts is not None else ["local"] * size
         # crowded, spin_polls, recv_spin: agreed by every rank when cpus are the exchanged ones
         self.agree_crowded(list(cpus) if cpus is not None else [usable_cpus()])
         if len(uniq) == 1:  # (with several, a sleep in one would hold the others up)
@@ -158,7 +159,6 @@ class Engine(CallChecks):
         # synchronous sends waiting for their match, by (dest, context, tag), in send order
         self.sync_waiting: dict[tuple[int, int, int], deque[SyncSendRequest]] = {}
         self.ft: Any = None  # the job's fault-tolerance service (see serve_with)
-        self.hosts: list[str] = list(hosts) if hosts is not None else ["local"] * size
         # collective context -> how to describe its call in progress on a path that sends no
         # messages (the shared-memory windows; see PointToPoint.describe_calls)
         self.call_describers: dict[
@@ -188,7 +188,8 @@ class Engine(CallChecks):
         if last is not None:  # (agreed again: let go of the last one's descriptors)
             last.close()
         self.placement = Placement(self._placed, outside=Outside(
-            self.transports[0] if len(self.transports) == 1 else None, usable_cpus()))
+            self.transports[0] if len(self.transports) == 1 else None, usable_cpus(),
+            self.hosts.count(self.hosts[self.rank])))
 
     def _sleepy(self) -> bool:
         """Whether a blocking receive may sleep in the transport at once, as a blocking

@@ -21,13 +21,18 @@ shared-memory flag waits of the collectives), chosen by where the awaited peers 
 * where the peers' CPUs cannot be told (no transport, or one that cannot see its peers: TCP's
   to other hosts): spin, as MPI libraries do, and leave the engine's placement as it was.
 * wherever no peer is found on this CPU and the transport's wait sleeps until data arrives
-  (TCP's): if this thread has lately waited for a CPU (its run-queue wait grew: other work
-  competes for the cores), skip the first spin and sleep at once, as a blocking socket does
-  (:meth:`Placement.contended_at`). Spinning there kept the CPU from the peer and from the
+  (TCP's): if work other than the job's ranks competes for the host's CPUs (another task
+  runs, and with all of the job's ranks here running there would be more runnable tasks than
+  CPUs: :class:`Outside`, :meth:`Placement.contended_at`), skip the first spin and sleep at
+  once, as a blocking socket does. Spinning there kept the CPU from the peer and from the
   kernel's copies: a 16 MiB stream between two ranks beside one busy process (2 cores) ran
   at 0.46x a plain socket's speed, 1.35x quiet. A blocking receive of a small message then
   sleeps in the socket's read itself (the engine's ``sleepy``, see
   ``TcpTransport.take_eager``): no Python runs between the data's arrival and its wake-up.
+  The finding does not depend on how the ranks wait, so every rank of a pair finds the same
+  (one that judged by its own run-queue wait found the load in 20 ms, its peer, which then
+  had a core to itself, up to 545 ms later; a wake-up on an idle CPU counts as a run-queue
+  wait too, so that such a test, once its waits slept, found load on a quiet host).
 * a wait longer than ``spin_time`` sleeps (the transport's ``wait_event``, woken by peers that
   flip what it waits on), so an idle rank stops burning a core.
 
@@ -52,29 +57,18 @@ import time
 from collections.abc import Callable, Collection
 
 from ringworld.transport.base import Transport
-from ringworld.transport.cpus import QueueWait, Runnable, move_off, this_cpu
+from ringworld.transport.cpus import Runnable, move_off, this_cpu
 
 CPU_EVERY = 0.0001   # seconds between checks of where the awaited peers run, while sharing
 # ... and while apart: a 64 KiB allreduce (quiet, np=2) lost 2-5 % to a check every 100 us
 CPU_EVERY_APART = 0.001
 #: the check's share of a spinning wait stays below this: with many peers it runs less often
 CHECK_SHARE = 0.05
-#: seconds between looks at this thread's run-queue wait (1.5 us each), the window each judges
-QUEUE_EVERY = 0.02
-#: a run-queue wait that grew by this share of the window: contended. np=2 ping-pong over TCP
-#: (2 cores), 20 ms windows of spinning waits: quiet, every share under 15 % (the job's own
-#: threads); beside one busy process, most 20-50 %, a third under 1 % (the scheduler lets the
-#: ranks run for long spells)
-QUEUE_SHARE = 0.2
-#: a finding of contention lasts this long (s); then, while other work than the job's still
-#: runs or waits to run, it is held again, for up to CONTENDED_RECHECK s in all, after which a
-#: new window looks again. No window judges meanwhile: waits that sleep lengthen the run-queue
-#: wait themselves (each wake-up on an idle CPU counts as waiting), so a look over them would
-#: find contention on a quiet host; and a window of spinning waits costs (a 16 MiB ping-pong
-#: beside one busy process, np=2: 10.1-10.6 ms a half round trip with a new window every 0.5
-#: s, contended 71-91 % of the time; 9.0-9.8 ms found contended throughout)
-CONTENDED_HOLD = 0.5
-CONTENDED_RECHECK = 5.0
+#: seconds between looks at whether other work competes for the CPUs (see Outside)
+LOOK_EVERY = 0.02
+#: looks in a row that must agree before the finding changes (a task that runs for an instant,
+#: one of the job's monitor threads say, is seen by one look now and then)
+LOOKS_AGREE = 2
 
 SPIN = 0
 YIELD = 1
@@ -94,72 +88,49 @@ class Placement:
     CPU, False where it cannot (see the module's docstring).
 
     For waits that cannot see their peers (a socket's) it also keeps whether the host is
-    ``contended`` (:meth:`contended_at`, from ``queue()``: this thread's run-queue wait in ns,
-    None where unknown; and ``outside()``: whether work other than the job's ranks wants more
-    CPUs than there are, None where unknown, see :class:`Outside`); such waits then skip their
-    first spin and sleep at once.
+    ``contended`` (:meth:`contended_at`, from ``outside()``: whether work other than the
+    job's ranks competes for the CPUs, None where unknown, see :class:`Outside`); such waits
+    then skip their first spin and sleep at once.
     """
 
-    __slots__ = ("_held_since", "_hold_until", "_queued", "changed", "contended", "move",
-                 "next_check", "next_queue_check", "outside", "queue", "shared")
+    __slots__ = ("_streak", "changed", "contended", "move", "next_check", "next_look",
+                 "outside", "shared")
 
     def __init__(self, changed: Callable[[bool], None] | None = None,
                  move: Callable[[], bool] = lambda: move_off(this_cpu()),
-                 queue: Callable[[], int | None] | None = None,
-                 outside: Callable[[bool], bool | None] = lambda anywhere: None) -> None:
+                 outside: Callable[[], bool | None] = lambda: None) -> None:
         self.shared = False
         self.next_check = 0.0
         self.changed = changed
         self.move = move  # moves this thread off its CPU; False if it cannot
-        # this thread's run-queue wait in ns (None: unknown), for contended_at
-        self.queue: Callable[[], int | None] = QueueWait() if queue is None else queue
-        # ... and whether other work than the job's wants more CPUs than there are (see Outside)
+        # whether work other than the job's competes for this host's CPUs (see Outside)
         self.outside = outside
         self.contended = False
-        self.next_queue_check = 0.0
-        self._queued: tuple[int, float] | None = None  # the last look: (wait, when)
-        self._hold_until = -1.0
-        self._held_since = -1.0  # when the finding held now was made
+        self.next_look = 0.0
+        self._streak = 0  # looks in a row that disagreed with ``contended``
 
     def contended_at(self, now: float) -> bool:
-        """Whether other work lately competed with this thread for the CPUs: its run-queue
-        wait grew by more than ``QUEUE_SHARE`` of a window of at least ``QUEUE_EVERY`` s
-        between two looks, and ``outside(False)`` does not deny that other work than the job's
-        ranks wants more CPUs than there are at the window's end (the ranks of a job that
-        outnumbers the cores lengthen each other's run-queue waits too); a finding holds
-        ``CONTENDED_HOLD`` s, again while ``outside(True)`` finds other work running (up to
-        ``CONTENDED_RECHECK`` s), and the next window starts when it ends (see there). False where
-        the wait cannot be read. Cost: a comparison; a ``pread`` (1.5 us) per window, and
-        ``outside()`` where the queue wait grew."""
-        if now < self.next_queue_check:
+        """Whether work other than the job's ranks competes for this host's CPUs, as
+        ``outside()`` found at ``LOOKS_AGREE`` looks in a row (one every ``LOOK_EVERY`` s at
+        most); False where it cannot tell. Cost: a comparison; ``outside()`` per look."""
+        if now < self.next_look:
             return self.contended
-        if self.contended:
-            if now < self._hold_until:
-                return True
-            if now < self._held_since + CONTENDED_RECHECK and self.outside(True):
-                self._hold_until = self.next_queue_check = now + CONTENDED_HOLD
-                return True
-            self.contended = False
-            self._queued = None  # (the window so far held sleeping waits: start afresh)
-        self.next_queue_check = now + QUEUE_EVERY
-        queued = self.queue()
-        if queued is None:
-            return False
-        last, self._queued = self._queued, (queued, now)
-        if last is None or queued - last[0] <= QUEUE_SHARE * (now - last[1]) * 1e9:
-            return False
-        if self.outside(False) is not False:
-            self._hold_until = self.next_queue_check = now + CONTENDED_HOLD
-            self._held_since = now
-            self.contended = True
+        self.next_look = now + LOOK_EVERY
+        found = self.outside() is True
+        if found == self.contended:
+            self._streak = 0
+        else:
+            self._streak += 1
+            if self._streak >= LOOKS_AGREE:
+                self.contended = found
+                self._streak = 0
         return self.contended
 
     def close(self) -> None:
         """Let go of what the looks keep open (they reopen it if asked again)."""
-        for look in (self.queue, self.outside):
-            close = getattr(look, "close", None)
-            if close is not None:
-                close()
+        close = getattr(self.outside, "close", None)
+        if close is not None:
+            close()
 
     def check(self, transport: Transport, peers: Collection[int], now: float) -> bool:
         """Look again (if due) where ``peers`` run, through ``transport`` (one that
@@ -181,32 +152,37 @@ class Placement:
 
 
 class Outside:
-    """``outside(False)``: whether work other than the job's ranks wants more of this host's
-    CPUs than there are, now: more tasks run or wait to run than this process may use CPUs,
-    and not all of them are this rank and its peers here (``transport.runnable_peers()``;
-    where that is unknown, the count alone decides). ``outside(True)``: whether any task but
-    this rank and its peers here runs or waits to run at all (None where the peers are
-    unknown). None where the count cannot be read. A job with more ranks than cores keeps its
-    own ranks runnable (they yield); a quiet host's other tasks sleep. Cost: a ``pread`` (0.5
-    us) and one per peer on this host (5 us each)."""
+    """Whether work other than the job's ranks competes for this host's CPUs now: some task
+    other than this rank and its ``here - 1`` peers on this host runs or waits to run, and
+    with every one of the job's ranks here running there would be more runnable tasks than
+    this process has CPUs. From Linux's count of runnable tasks (``/proc/loadavg``; in a
+    container it may count the host's) less this rank and its runnable peers here
+    (``transport.runnable_peers()``). None where that cannot be told (no count; peers here
+    the transport cannot see). The finding does not depend on how the job's ranks wait
+    (asleep or spinning), so every rank finds the same. Cost: a ``pread`` (0.5 us) and one per
+    peer on this host (5 us each) where the count is above one."""
 
-    __slots__ = ("_cpus", "_runnable", "_transport")
+    __slots__ = ("_cpus", "_here", "_runnable", "_transport")
 
-    def __init__(self, transport: Transport | None, cpus: int) -> None:
+    def __init__(self, transport: Transport | None, cpus: int, here: int) -> None:
         self._transport = transport
         self._cpus = cpus
+        self._here = here
         self._runnable = Runnable()
 
-    def __call__(self, anywhere: bool) -> bool | None:
+    def __call__(self) -> bool | None:
         running = self._runnable()
         if running is None:
             return None
-        if not anywhere and running <= self._cpus:
+        if running <= 1:
             return False
         peers = None if self._transport is None else self._transport.runnable_peers()
         if peers is None:
-            return None if anywhere else True
-        return running - 1 - peers > 0
+            if self._here > 1:
+                return None
+            peers = 0
+        others = running - 1 - peers
+        return others > 0 and others + self._here > self._cpus
 
     def close(self) -> None:
         """Close the kept descriptor (it reopens on the next call)."""

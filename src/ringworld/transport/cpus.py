@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
-import threading
 from collections.abc import Callable, Iterable
 
 _PROCESSOR = 36  # index of field 39 (processor) among the fields after the command's ")"
@@ -90,40 +89,6 @@ class CpuWatch:
         """Close the kept descriptors (the watch stays usable: they reopen on demand)."""
         fds, self._fds = self._fds, {}
         for fd in fds.values():
-            with contextlib.suppress(OSError):
-                os.close(fd)
-
-
-class QueueWait:
-    """How long the calling thread has waited in a run queue for a CPU, in all (ns): the second
-    field of Linux's ``/proc/thread-self/schedstat``, kept open per thread (a wait that grows
-    while the thread only spins or sleeps means other work competes for the CPUs). None where
-    it cannot be read (no ``/proc``, no scheduler statistics). Cost: one ``pread``, 1.5 us."""
-
-    __slots__ = ("_fd", "_thread")
-
-    def __init__(self) -> None:
-        self._fd = -1
-        self._thread: int | None = None
-
-    def __call__(self) -> int | None:
-        thread = threading.get_ident()
-        if thread != self._thread:  # (a descriptor names the thread that opened it)
-            self.close()
-            self._thread = thread
-            with contextlib.suppress(OSError):
-                self._fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY | os.O_CLOEXEC)
-        if self._fd < 0:
-            return None
-        try:
-            return int(os.pread(self._fd, 128, 0).split()[1])
-        except (OSError, ValueError, IndexError):
-            return None
-
-    def close(self) -> None:
-        """Close the kept descriptor (it reopens on the next call)."""
-        fd, self._fd, self._thread = self._fd, -1, None
-        if fd >= 0:
             with contextlib.suppress(OSError):
                 os.close(fd)
 

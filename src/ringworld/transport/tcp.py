@@ -119,10 +119,9 @@ class _Peer:
     """Connection state of one peer."""
 
     __slots__ = (
-        "buffered", "crc", "deferred", "failed", "handles", "on_done", "queued", "rank", "rend",
-        "rpos",
-        "sendq", "sent", "skip", "sock", "stage", "stage_view", "state", "target", "tpos",
-        "trail", "want_write",
+        "big", "buffered", "crc", "deferred", "failed", "handles", "on_done", "queued", "rank",
+        "rend", "rpos", "sendq", "sent", "skip", "sock", "stage", "stage_view", "state",
+        "target", "tpos", "trail", "want_write",
     )
 
     def __init__(self, rank: int, sock: socket.socket) -> None:
@@ -149,6 +148,7 @@ class _Peer:
         self.buffered: BufferedIncoming | None = None
         self.deferred: _DeferredIncoming | None = None  # detached, payload not yet read
         self.crc = 0  # the current payload's CRC-32 (checksums on)
+        self.big = False  # the last message read by poll was too large for take_eager
 
 
 class _TcpIncoming(Incoming):
@@ -592,6 +592,7 @@ class TcpTransport(Transport):
         else:
             peer.trail = -(hsize + nbytes) & _ALIGN_MASK
         incoming = _TcpIncoming(peer, context, tag, flags, nbytes)
+        peer.big = nbytes > TAKE_BYTES
         peer.state = _WANT_PAYLOAD
         deliver(incoming)
         if not incoming._decided:
@@ -661,8 +662,8 @@ class TcpTransport(Transport):
         wins (9 us; sleeping 38: the idle CPU's wake-up). Cost: 0.75 us a read finding none."""
         peer = self._peers.get(source)
         if (peer is None or peer.failed is not None or peer.state != _WANT_HEADER or peer.skip
-                or peer.deferred is not None or self._checksum or self._closed):
-            return None
+                or peer.deferred is not None or self._checksum or self._closed or peer.big):
+            return None  # (big: the next is likely large too, its read better left to _block)
         for p in self._live:
             if p.sendq:
                 return None
