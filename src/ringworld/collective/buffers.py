@@ -10,6 +10,7 @@ import numpy as np
 
 from ringworld.collective.markers import IN_PLACE
 from ringworld.comm import foreign
+from ringworld.comm.point_to_point import arrays_overlap
 
 Array = np.ndarray[Any, Any]
 
@@ -75,7 +76,7 @@ def apart(sb: Array, rb: Array, *, same_ok: bool = False) -> tuple[Array, bool]:
     (exact for contiguous arrays) where either is a view."""
     if sb is rb:
         return (sb, False) if same_ok else (sb.copy(), True)
-    return (sb.copy(), True) if overlap(sb, rb) else (sb, False)
+    return (sb.copy(), True) if arrays_overlap(sb, rb) else (sb, False)
 
 
 def apart_all(sends: Sequence[Array], recvs: Sequence[Array]) -> list[Array]:
@@ -85,15 +86,7 @@ def apart_all(sends: Sequence[Array], recvs: Sequence[Array]) -> list[Array]:
     if all(a.base is None for a in sends) and all(b.base is None for b in recvs):
         same = {id(b) for b in recvs}  # (arrays that own their memory overlap only as one)
         return [a.copy() if id(a) in same else a for a in sends]
-    return [a.copy() if any(overlap(a, b) for b in recvs) else a for a in sends]
-
-
-def overlap(a: Array, b: Array) -> bool:
-    """Whether two arrays share memory. Cost: an identity test and two attribute reads (two
-    arrays that own their memory own different memory); a bounds test, exact for contiguous
-    arrays (about 0.2 us), only where either is a view."""
-    return a is b or ((a.base is not None or b.base is not None)
-                      and bool(np.may_share_memory(a, b)))
+    return [a.copy() if any(arrays_overlap(a, b) for b in recvs) else a for a in sends]
 
 
 def same_dtype(a: Sized, b: Sized, an: str, bn: str) -> None:

@@ -28,19 +28,16 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ringworld._lazy import LazyModule
 from ringworld.collective.markers import IN_PLACE
 from ringworld.comm import ops
 from ringworld.comm.ops import Op
+from ringworld.comm.point_to_point import arrays_overlap
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from ringworld.collective import buffers as bufs
     from ringworld.collective.buffers import Array
     from ringworld.collective.calls import Call
-else:  # (numpy: imported by the time a call reaches the cache)
-    bufs = LazyModule("ringworld.collective.buffers", globals(), "bufs")
 
 LIMIT = 4096  # entries per table: a program with endlessly new shapes stops adding, not grows
 
@@ -214,7 +211,7 @@ class CallCache:
             if sendbuf is recvbuf:
                 if coll not in SAME_ARRAY:
                     return None  # (the checks copy it aside: see Call.copied)
-            elif bufs.overlap(sendbuf, recvbuf):
+            elif arrays_overlap(sendbuf, recvbuf):
                 return None
             send = weakref.ref(sendbuf)
         else:

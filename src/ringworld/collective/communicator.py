@@ -29,6 +29,7 @@ from ringworld.comm import ops
 from ringworld.comm.foreign import DeviceBuffer
 from ringworld.comm.hooks import observable, observed
 from ringworld.comm.ops import Op
+from ringworld.comm.point_to_point import arrays_overlap
 from ringworld.comm.requests import (
     CompletedRequest,
     Request,
@@ -40,11 +41,9 @@ if TYPE_CHECKING:
     from ringworld.algorithms import shm_collectives as shm
     from ringworld.algorithms import shm_repeat, shm_vector
     from ringworld.algorithms.schedule import Spec
-    from ringworld.collective import buffers as bufs
     from ringworld.collective.buffers import Array
     from ringworld.device.plane import Plane
 else:  # imported on the first collective call: init() and point-to-point never load numpy
-    bufs = LazyModule("ringworld.collective.buffers", globals(), "bufs")
     shm = LazyModule("ringworld.algorithms.shm_collectives", globals(), "shm")
     shm_vector = LazyModule("ringworld.algorithms.shm_vector", globals(), "shm_vector")
     shm_repeat = LazyModule("ringworld.algorithms.shm_repeat", globals(), "shm_repeat")
@@ -251,7 +250,7 @@ class Communicator(CommManagement):
             flags = recvbuf.flags
             if not (flags.c_contiguous and flags.writeable):
                 return False
-            if sendbuf is not None and bufs.overlap(sendbuf, recvbuf):
+            if sendbuf is not None and arrays_overlap(sendbuf, recvbuf):
                 return False  # (the checks copy the send buffer aside: see Call.copied)
         self._rerun_vector(coll, last, sendbuf, recvbuf, timeout)
         return True

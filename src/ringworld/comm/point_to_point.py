@@ -97,6 +97,14 @@ def holds_objects(fmt: str) -> bool:
     return "O" in fmt and "O" in re.sub(r":[^:]*:", "", fmt)
 
 
+def arrays_overlap(a: Any, b: Any) -> bool:
+    """Whether two numpy arrays share memory. Cost: an identity test and two attribute reads
+    (two arrays that own their memory own different memory); a bounds test, exact for
+    contiguous arrays (about 0.2 us), only where either is a view."""
+    return a is b or ((a.base is not None or b.base is not None)
+                      and bool(sys.modules["numpy"].may_share_memory(a, b)))
+
+
 def may_overlap(a: Any, b: Any) -> bool:
     """Whether two buffers may share memory (a send that must read a copy: the receive may
     write first). Cost: 0.1 us for two numpy arrays that own their memory; about 1 us for
@@ -106,7 +114,7 @@ def may_overlap(a: Any, b: Any) -> bool:
         return True
     np = sys.modules.get("numpy")
     if np is not None and type(a) is np.ndarray and type(b) is np.ndarray:
-        return (a.base is not None or b.base is not None) and bool(np.may_share_memory(a, b))
+        return arrays_overlap(a, b)
     try:
         va, vb = memoryview(a), memoryview(b)
     except (TypeError, ValueError):
