@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 import ringworld
-from ringworld.testing import run_threads
+from ringworld.testing import run_processes, run_threads
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -124,6 +124,25 @@ def test_a_short_block_fails_its_receiver_and_no_rank_returns_wrong_data(
             assert kind in ("CommBroken", "ShortMessageError"), (r, kind, what)
         sum_ = float(sum(range(p)))
         assert nxt == [p * k + sum_ for k in range(4)], (r, nxt)  # the communicator works on
+
+
+@pytest.mark.parametrize("transport", ["tcp", "shm"])
+@pytest.mark.parametrize(("coll", "alg"), CASES)
+def test_a_short_block_taken_from_the_stream_fails_its_receiver_too(
+        coll: str, alg: str, transport: str) -> None:
+    """As processes: a blocking call takes its small blocks straight from the transport
+    (CollectiveRequest._start_taking), and a block of another length is left to the path that
+    reports it, the receiver's buffer untouched."""
+    results = run_processes(3, _program, coll, alg, transport=transport, timeout=60)
+    short, _ = _short_at(coll)
+    for r, ((kind, what), nxt) in enumerate(results):
+        if r == short:
+            assert kind == "ShortMessageError", (r, kind, what)
+        elif kind == "ok":
+            assert what == _expected(coll, r, 3), (r, what)
+        else:
+            assert kind in ("CommBroken", "ShortMessageError"), (r, kind, what)
+        assert nxt == [3 * k + 3.0 for k in range(4)], (r, nxt)
 
 
 def _long(comm: Any, alg: str) -> str:

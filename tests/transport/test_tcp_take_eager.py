@@ -1,9 +1,10 @@
 """A blocking receive over TCP takes its message straight from the staged stream
 (TcpTransport.take_eager): every size up to the direct-read bound lands whole and right, and
 the frames after it still parse; a message it may not take (another context or tag, larger
-than the buffer, larger than the bound, checksums on, sends queued) is left whole for the
-general path; where the engine says the host is contended (``sleepy``) the take sleeps in the
-socket's read and is woken by the data; a peer that closes meanwhile fails at the next poll.
+than the buffer, larger than the bound, checksums on, sends queued; of another length than a
+collective's block asks) is left whole for the general path; where the engine says the host
+is contended (``sleepy``) the take sleeps in the socket's read and is woken by the data; a
+peer that closes meanwhile fails at the next poll.
 Through the engine and communicator (two ranks as threads over one TCP pair), receives of every
 kind return what was sent, spinning or sleeping."""
 
@@ -143,6 +144,27 @@ def test_a_message_it_may_not_take_is_left_whole_for_the_general_path(
             tb.poll(kept)
             got = kept.got
         assert got == [(ctx, tag, data.tobytes())]
+
+
+def test_an_exact_take_leaves_a_block_of_another_length_to_the_general_path(
+        pair: tuple[TcpTransport, TcpTransport]) -> None:
+    """A collective's block (``exact``) is taken only at its length: a shorter or empty one
+    is the general path's to report (ShortMessageError, MismatchError), left whole."""
+    ta, tb = pair
+    for n, room in ((7, 8), (0, 8), (9, 8)):
+        data = _data(n, n)
+        _send(ta, 1, 4, 1, data)
+        dest = np.full(room, 0xEE, np.uint8)
+        assert tb.take_eager(0, 4, 1, memoryview(dest), 64, True) is None
+        assert (dest == 0xEE).all()
+        assert _drain(tb, 1) == [(4, 1, data.tobytes())]
+    data = _data(8, 3)
+    _send(ta, 1, 4, 1, data)
+    dest = np.zeros(8, np.uint8)
+    deadline = time.monotonic() + 10
+    while (got := tb.take_eager(0, 4, 1, memoryview(dest), 64, True)) == 0:
+        assert time.monotonic() < deadline
+    assert got == (1, 0, 8, None) and np.array_equal(dest, data)
 
 
 def test_after_a_large_message_the_next_is_left_to_the_general_path(

@@ -45,6 +45,10 @@ T = TypeVar("T")
 Array = np.ndarray[Any, Any]
 
 ALIGN = 64
+#: a blocking call's step whose one receive is at most this large sends first, then takes the
+#: block as a blocking receive does (:meth:`Channel.coll_take`: no request, no matching); a
+#: larger one is posted first, so that its payload lands in place as it arrives
+TAKE_BYTES = 65536
 _EMPTY = memoryview(bytearray(0))  # writable: zero-length receives (barriers) land here
 _NO_DATA: np.ndarray[Any, Any] = np.empty(0, dtype=np.uint8)
 
@@ -120,9 +124,11 @@ class CollectiveRequest(Request[T]):
         self._finished = False
         self._registered = False
         try:
+            if inline:
+                return  # run_inline starts the steps
             if self._steps:
                 self._start()
-            if not inline and not self._advance():
+            if not self._advance():
                 comm.register_call(self._tag, self._poll)
                 self._registered = True
         except BaseException as exc:  # the call has its number: fail it as any step's failure
@@ -157,6 +163,32 @@ class CollectiveRequest(Request[T]):
             h = comm.coll_isend(v[x.start * k : (x.start + x.length) * k], x.peer, tag)
             if h is not None:
                 pending.append(h)
+
+    def _start_taking(self) -> None:
+        """Start a step of a blocking run: as :meth:`_start`, but a step with one small
+        receive sends first and then takes its block straight from the transport, leaving
+        nothing pending, where it has come (else it is posted, as :meth:`_start` posts it)."""
+        s = self._steps[self._i]
+        if len(s.recvs) != 1:
+            self._start()
+            return
+        x = s.recvs[0]
+        k = self._arrays[x.buf].itemsize
+        if x.length * k > TAKE_BYTES:
+            self._start()
+            return
+        comm, tag, views, arrays = self._comm, self._tag, self._bytes, self._arrays
+        pending = self._pending
+        for y in s.sends:
+            ky = arrays[y.buf].itemsize
+            v = views[y.buf] or self._view(y.buf)
+            h = comm.coll_isend(v[y.start * ky : (y.start + y.length) * ky], y.peer, tag)
+            if h is not None:
+                pending.append(h)
+        v = views[x.buf] or self._view(x.buf)
+        v = v[x.start * k : (x.start + x.length) * k]
+        if pending or not comm.coll_take(v, x.peer, tag):
+            pending.insert(0, comm.coll_irecv(v, x.peer, tag))
 
     def _run_locals(self) -> None:
         arrays = self._arrays
@@ -258,6 +290,10 @@ class CollectiveRequest(Request[T]):
         steps = self._steps
         pending = self._pending
         try:
+            if not steps:
+                self._complete()
+                return self._value()
+            self._start_taking()
             while True:
                 if pending:
                     first = pending[0]
@@ -276,7 +312,7 @@ class CollectiveRequest(Request[T]):
                 if self._i >= len(steps):
                     self._complete()
                     return self._value()
-                self._start()
+                self._start_taking()
         except BaseException as exc:
             self._fail(exc)
             raise

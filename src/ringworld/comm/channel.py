@@ -109,6 +109,16 @@ class Channel:
         self._engine.post(req)
         return req
 
+    def coll_take(self, view: memoryview, source: int, tag: int) -> bool:
+        """Receive exactly ``len(view)`` bytes from rank ``source`` on the collective context
+        straight from the transport, as a blocking receive takes a small message (see
+        :meth:`Engine.take_direct`); False, having taken nothing, where :meth:`coll_irecv`
+        must: nothing came within the receive spin, another message is next, or one of another
+        length (that path reports it). Cost: at most the engine's receive spin of peeks."""
+        e = self._engine
+        return e.take_direct(self.coll_context, self._ranks[source], tag, view, e.recv_spin,
+                             True) is not None
+
     def coll_isend_raw(self, segments: Sequence[memoryview], nbytes: int, flags: int,
                        dest: int, tag: int, keep: object = None) -> SendRequest | None:
         """Start sending an encoded value (see :mod:`ringworld.comm.serialize`) as is."""

@@ -436,7 +436,7 @@ class Engine(CallChecks):
             raise
 
     def take_direct(self, context: int, source: int, tag: int, dest: memoryview | None,
-                    polls: int) -> tuple[int, int, int, bytes | None] | None:
+                    polls: int, exact: bool = False) -> tuple[int, int, int, bytes | None] | None:
         """Receive the next message from ``source`` without posting, if the transport can.
 
         Only when no posted or queued receive could claim it first (so MPI matching order
@@ -447,7 +447,7 @@ class Engine(CallChecks):
         if (not self.calm or t is None or not t.supports_take_eager or self.posted.get(context)
                 or self.unexpected.get(context)):
             return None
-        got = t.take_eager(source, context, tag, dest, polls)
+        got = t.take_eager(source, context, tag, dest, polls, exact)
         if not isinstance(got, tuple):
             return None
         if got[1] & FLAG_SYNC:  # matched here: the sender waits for this

@@ -158,7 +158,8 @@ class Transport(ABC):
     supports_take_eager: bool = False
 
     def take_eager(self, source: int, context: int, tag: int, dest: memoryview | None,
-                   polls: int = 1) -> tuple[int, int, int, bytes | None] | int | None:
+                   polls: int = 1, exact: bool = False
+                   ) -> tuple[int, int, int, bytes | None] | int | None:
         """Take the next message from ``source`` directly, if it is small and complete.
 
         A fast path for a blocking receive when nothing else could match first: it checks up
@@ -168,7 +169,9 @@ class Transport(ABC):
         ``source`` has arrived yet, and None when the next message is not one it can take (other
         context or tag, larger than ``dest``, a rendezvous it cannot complete at once) or the
         transport has sends to push: the caller then uses the general :meth:`poll` path. Never
-        consumes a message it does not return.
+        consumes a message it does not return. ``exact``: take only a message of exactly
+        ``len(dest)`` bytes (a collective's block; any other length is the general path's to
+        report).
         """
         return None
 

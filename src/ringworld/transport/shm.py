@@ -621,7 +621,8 @@ class ShmTransport(Transport):
     supports_take_eager = True
 
     def take_eager(self, source: int, context: int, tag: int, dest: memoryview | None,
-                   polls: int = 1) -> tuple[int, int, int, bytes | None] | int | None:
+                   polls: int = 1, exact: bool = False
+                   ) -> tuple[int, int, int, bytes | None] | int | None:
         p = self._peers[source]
         ctl = self._my_ctl
         # checked before the wait, off the path from arrival to return: nothing can become
@@ -646,7 +647,8 @@ class ShmTransport(Transport):
         pos = idx << 3
         ftype, flags, _, ctx, frame_len, poff, mtag, nbytes = FRAME.unpack_from(data, pos + 8)
         if (ctx != context or (mtag != tag and tag != -1) or frame_len & 63 or not frame_len
-                or (dest is not None and nbytes > len(dest))):
+                or (dest is not None and (nbytes != len(dest) if exact
+                                          else nbytes > len(dest)))):
             return None
         payload: bytes | None = None
         fin = 0  # a large message read from the sender: its id, for the FIN

@@ -180,8 +180,7 @@ class _TcpIncoming(Incoming):
         if view.readonly:
             raise ValueError("read_into() needs a writable buffer")
         if len(view) < self.nbytes:
-            raise ValueError(
-                f"read_into() buffer holds {len(view)} bytes, the message has {self.nbytes}")
+            raise ValueError(f"read_into() buffer holds {len(view)} bytes, not {self.nbytes}")
         peer = self._decide()
         peer.target = view[: self.nbytes]
         peer.tpos = 0
@@ -652,14 +651,14 @@ class TcpTransport(Transport):
     supports_take_eager = True
 
     def take_eager(self, source: int, context: int, tag: int, dest: memoryview | None,
-                   polls: int = 1) -> tuple[int, int, int, bytes | None] | int | None:
-        """The next message from ``source`` if it is small and arrives whole (see
-        :meth:`Transport.take_eager`): already staged, or read by up to ``polls`` (at most
-        TAKE_POLLS) reads that do not block or, where :attr:`sleepy` says so, by reads that
-        block up to BLOCK_SLICE each, woken by the data as a blocking socket is. Beside a busy
-        process (np=2, 2 cores, 8 bytes) spinning receives took 19-22 us a half round trip,
-        27-31 us of CPU a round trip per rank; sleeping ones 10-15 and 10-15. Quiet, spinning
-        wins (9 us; sleeping 38: the idle CPU's wake-up). Cost: 0.75 us a read finding none."""
+                   polls: int = 1, exact: bool = False
+                   ) -> tuple[int, int, int, bytes | None] | int | None:
+        """The next message from ``source`` if small and whole (:meth:`Transport.take_eager`):
+        staged, or read by up to ``polls`` (at most TAKE_POLLS) reads that do not block or,
+        where :attr:`sleepy` says so, reads that block up to BLOCK_SLICE each, woken by the
+        data. Beside a busy process (np=2, 2 cores, 8 B) spinning receives took 19-22 us a
+        half round trip, 27-31 us of CPU a round trip and rank; sleeping ones 10-15 and 10-15.
+        Quiet, spinning wins (9 us; sleeping 38). Cost: 0.75 us a read finding none."""
         peer = self._peers.get(source)
         if (peer is None or peer.failed is not None or peer.state != _WANT_HEADER or peer.skip
                 or peer.deferred is not None or self._checksum or self._closed or peer.big):
@@ -676,7 +675,8 @@ class TcpTransport(Transport):
                 magic, version, flags, ctx, mtag, nbytes = HEADER.unpack_from(peer.stage, at)
                 if (magic != MAGIC or version != VERSION or ctx != context
                         or (mtag != tag and tag != -1) or nbytes > TAKE_BYTES
-                        or (dest is not None and nbytes > len(dest))):
+                        or (dest is not None and (nbytes != len(dest) if exact
+                                                  else nbytes > len(dest)))):
                     return None
                 start = at + (FRAME_ALIGN if nbytes >= LEAD_MIN_BYTES else hsize)
                 end = start + nbytes
