@@ -2,13 +2,13 @@
 
 :class:`CallCache` holds these tables, each bounded and each cleared by ``free``:
 
-* ``shapes`` (and ``last``): the calls that ran in the shared windows, by collective, op or
-  root, and the dtypes and shapes of their arrays (``last``: the last one's arrays, held
-  weakly, so no user buffer is kept alive, but for ``ringworld.MPI``'s arrays on small numpy
-  memory (:func:`may_hold`): their byte views hold it until the next call of that
-  collective). A call
-  of a shape seen before skips the checks and the choice of algorithm, which for small calls
-  cost more than the data's copies.
+* ``shapes`` (and ``last``): the blocking calls that ran in the shared windows or on messages
+  (their schedule, ``core.OnMessages``), by collective, op or root, and the dtypes and shapes
+  of their arrays (``last``: the last one's arrays, held weakly, so no user buffer is kept
+  alive, but for ``ringworld.MPI``'s arrays on small numpy memory (:func:`may_hold`): their
+  byte views hold it until the next call of that collective). A call of a shape seen before
+  skips the checks and the choice of algorithm, which for small calls cost more than the
+  data's copies.
 * ``plans``: the algorithm chosen for a call's shape (collective, size, op order, blocking,
   algorithm asked for) and whether a blocking allreduce runs hierarchically.
 * ``ops``: each (op, dtype) pair found valid.
@@ -55,9 +55,13 @@ SAME_ARRAY = frozenset({"bcast", "allreduce", "scan", "exscan", "reduce", "gathe
 
 
 def _shape_key(coll: str, extra: Any, sendbuf: Any, recvbuf: Any) -> tuple[Any, ...]:
-    """A call's key in ``shapes``: collective, op or root, and the arrays' dtypes and shapes."""
+    """A call's key in ``shapes``: collective, op or root, and the arrays' dtypes and shapes;
+    one array passed as both has a key of its own (a runner on messages kept from such a
+    call cannot tell which of two arrays it read: ``core.OnMessages``)."""
     if sendbuf is IN_PLACE:
         return (coll, extra, recvbuf.dtype, recvbuf.shape)
+    if sendbuf is recvbuf:
+        return (coll, extra, recvbuf.dtype, recvbuf.shape, True)
     return (coll, extra, recvbuf.dtype, recvbuf.shape, sendbuf.dtype, sendbuf.shape)
 
 
@@ -154,9 +158,11 @@ class _FirstRepeat:
 
 class Kept(NamedTuple):
     """A call shape that ran in the shared windows: its windows' signature, the runner
-    ``run(arena, sendbuf, recvbuf, op, root)``, and its resolved op and root."""
+    ``run(arena, sendbuf, recvbuf, op, root)``, and its resolved op and root. Or one that
+    ran on messages: no signature (None), and ``run(timeout, sendbuf, recvbuf, op, root)``
+    runs the call whole (``core.OnMessages``)."""
 
-    sig: tuple[int, int, str]
+    sig: tuple[int, int, str] | None
     run: Callable[..., None]
     op: Op | None
     root: int
@@ -193,11 +199,11 @@ class CallCache:
         self.ops.clear()
 
     def again(self, coll: str, sendbuf: Any, recvbuf: Any, extra: Any) -> Kept | None:
-        """How to run this call of ``coll`` straight in the shared windows, if one of the same
-        shape ran there: contiguous numpy arrays of the same dtypes and shapes (``recvbuf``
-        writable) and the same ``extra`` (op or root); the arrays then become the ``last``
-        call's. Cost: a dict lookup. (The caller first checks ``last``'s arrays by identity:
-        :meth:`Communicator._again`.)
+        """How to run this call of ``coll`` again without its checks, if one of the same
+        shape ran in the shared windows or on messages (see :class:`Kept`): contiguous numpy
+        arrays of the same dtypes and shapes (``recvbuf`` writable) and the same ``extra``
+        (op or root); the arrays then become the ``last`` call's. Cost: a dict lookup. (The
+        caller first checks ``last``'s arrays by identity: :meth:`Communicator._again`.)
         """
         nd = self.ndarray
         if nd is None or type(recvbuf) is not nd:
@@ -226,12 +232,13 @@ class CallCache:
         return kept
 
     def keep(self, call: Call, sendbuf: Any, recvbuf: Any, sb: Array, rb: Array, extra: Any,
-             sig: tuple[int, int, str], run: Callable[..., None],
+             sig: tuple[int, int, str] | None, run: Callable[..., None],
              quick: Callable[[Array, Array], Callable[..., None] | None] | None = None) -> None:
         """Remember ``call``'s shape, just run in the shared windows as ``run(arena, sb, rb,
-        ...)``, for :meth:`again`, if ``sendbuf`` and ``recvbuf`` (the user's) are numpy
-        arrays (or IN_PLACE) and the call needs no finishing; a repeat runs ``run`` on them,
-        flat (or on their byte views, for an adapter's raw key). ``quick(s, r)``, if given,
+        ...)`` (or on messages: ``sig`` None, see :class:`Kept`), for :meth:`again`, if
+        ``sendbuf`` and ``recvbuf`` (the user's) are numpy arrays (or IN_PLACE) and the call
+        needs no finishing; a repeat runs ``run`` on them, flat (or on their byte views, for
+        an adapter's raw key). ``quick(s, r)``, if given,
         may return a runner made for such arrays ``s`` and ``r``, made by the shape's first
         repeat and run in place of ``run`` from then on (a shape kept already keeps its
         entry: a caller that passes ``algorithm`` comes here every call)."""

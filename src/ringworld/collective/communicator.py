@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any, Self
 from ringworld._lazy import LazyModule
 from ringworld.algorithms.registry import HIERARCHICAL, SHM
 from ringworld.collective import calls
-from ringworld.collective.cache import LIMIT
+from ringworld.collective.cache import LIMIT, AdapterKey
 from ringworld.collective.calls import Call
-from ringworld.collective.core import OpLike
+from ringworld.collective.core import OnMessages, OpLike
 from ringworld.collective.management import CommManagement
 from ringworld.collective.markers import IN_PLACE, UNDEFINED
 from ringworld.comm import ops
@@ -157,7 +157,15 @@ class Communicator(CommManagement):
         if coll == "bcast":
             itemsize = call.arrays[1].itemsize
             spec = spec._replace(segment=max(1, self.selector.segment_bytes // max(1, itemsize)))
-        return self._go(coll, algo, spec, call.arrays, o, blocking, timeout, call.finish)
+        req = self._go(coll, algo, spec, call.arrays, o, blocking, timeout, call.finish)
+        if keep is not None and algorithm is None and call.finish is None and not call.copied:
+            # (a call that chose its algorithm is not kept: a repeat would run the selector's)
+            raw = type(keep[2]) is AdapterKey and keep[2].raw
+            run = OnMessages.make(self, call, algo, spec, keep[0], keep[1], raw)
+            if run is not None:
+                self._cache.keep(call, keep[0], keep[1], call.arrays[0], call.arrays[1],
+                                 keep[2], None, run)
+        return req
 
     def _in_shared(self, call: Call, timeout: float | None,
                    keep: tuple[Any, Any, Any] | None) -> Request[None]:
@@ -317,9 +325,10 @@ class Communicator(CommManagement):
 
     def _again(self, coll: str, sendbuf: Any, recvbuf: Any, extra: Any,
                timeout: float | None) -> bool:
-        """Run this call straight in the shared windows if one of its shape ran there (see
-        :meth:`CallCache.again`; the last call's own arrays are checked here, inline: that
-        is a training loop's case); False, having done nothing, if not."""
+        """Run this call without its checks if one of its shape ran before, straight in the
+        shared windows or on messages as that one did (see :meth:`CallCache.again`; the last
+        call's own arrays are checked here, inline: that is a training loop's case); False,
+        having done nothing, if not."""
         last = self._last_calls.get(coll)
         if (last is not None and last[1]() is recvbuf and last[0]() is sendbuf
                 and (last[2] is extra or last[2] == extra) and recvbuf.dtype is last[3]
@@ -333,9 +342,12 @@ class Communicator(CommManagement):
             if kept is None:
                 return False
             sig, run, op, root = kept
-        self.last_algorithm = SHM
         rb = recvbuf if recvbuf.ndim == 1 else recvbuf.reshape(-1)  # views: both contiguous
         sb = rb if sendbuf is IN_PLACE else sendbuf if sendbuf.ndim == 1 else sendbuf.reshape(-1)
+        if sig is None:  # kept on messages (core.OnMessages): it runs the call itself
+            run(timeout, sb, rb, op, root)
+            return True
+        self.last_algorithm = SHM
         a = self._kept_begin(coll, timeout, sig)
         try:
             run(a, sb, rb, op, root)

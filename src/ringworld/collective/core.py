@@ -25,6 +25,7 @@ from ringworld.comm import ops
 from ringworld.comm.engine import Engine
 from ringworld.comm.hooks import observable, observed
 from ringworld.comm.ops import Op
+from ringworld.comm.point_to_point import arrays_overlap
 from ringworld.comm.requests import (
     SEQ_MASK,
     SIG_SHIFT,
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
     from ringworld.algorithms import shm_collectives as shm
     from ringworld.collective import buffers as bufs
     from ringworld.collective.buffers import Array
+    from ringworld.collective.calls import Call
     from ringworld.device.plane import Plane
 else:  # imported on the first collective call: init() and point-to-point never load numpy
     np = LazyModule("numpy", globals(), "np")
@@ -378,6 +380,73 @@ class CollectiveCore(ObjectCollectives):
         """Ranks of this communicator per host, hosts in order of their first rank."""
         hosts, order = self._hosts()
         return [hosts.count(h) for h in order]
+
+
+_SEND, _RECV = object(), object()  # (OnMessages.slots: the send or receive array of a repeat)
+
+
+class OnMessages:
+    """A blocking call kept for the repeat path (see :meth:`CallCache.keep`) that ran on
+    messages: its schedule run again on a repeat's arrays, without the checks, the choice of
+    path or the signature's lookup (:meth:`Communicator._again` calls it with the repeat's
+    timeout in the place of a windows call's arena). Made by :meth:`make`."""
+
+    __slots__ = ("algo", "core", "sched", "sig", "slots", "what")
+
+    def __init__(self, core: CollectiveCore, algo: str, sched: Any, sig: int,
+                 slots: tuple[Any, ...], what: tuple[str, str]) -> None:
+        self.core, self.algo, self.sched, self.sig = core, algo, sched, sig
+        self.slots, self.what = slots, what
+
+    @classmethod
+    def make(cls, core: CollectiveCore, call: Call, algo: str, spec: Spec, sendbuf: Any,
+             recvbuf: Array, raw: bool) -> OnMessages | None:
+        """The runner of ``call``, just run with ``algo`` on ``spec``, for repeats on arrays
+        of the shape of ``sendbuf`` and ``recvbuf`` (the user's; the repeat passes them flat,
+        as byte views where ``raw``); None where the call's arrays are not those (a part of
+        one, a copy) or two arrays share memory: the checked path runs those each call. (One
+        array passed as both is kept under a key of its own, which only such calls repeat:
+        ``cache._shape_key``.) Cost: a few microseconds."""
+        if type(recvbuf) is not np.ndarray or (
+                sendbuf is not IN_PLACE and sendbuf is not recvbuf
+                and (type(sendbuf) is not np.ndarray or arrays_overlap(sendbuf, recvbuf))):
+            return None
+        sched = registry.build(call.collective, algo, spec)
+        if not sched.steps:
+            return None
+        slots: list[Any] = []
+        for a in call.arrays:
+            if not a.size:
+                slots.append(a)  # (an empty stand-in: the same for every repeat)
+            elif _same_memory(a, recvbuf, raw):
+                slots.append(_RECV)
+            elif sendbuf is not IN_PLACE and _same_memory(a, sendbuf, raw):
+                slots.append(_SEND)
+            else:
+                return None
+        sig = core._signature(call.collective, algo, spec, call.arrays, call.op)
+        return cls(core, algo, sched, sig, tuple(slots), (call.collective, algo))
+
+    def __call__(self, timeout: float | None, sendbuf: Array, recvbuf: Array, op: Op | None,
+                 root: int) -> None:
+        core = self.core
+        core._check_open()
+        if timeout is not None:
+            check_timeout(timeout)  # before the call's number is taken: a local error
+        core.last_algorithm = self.algo
+        arrays = [sendbuf if x is _SEND else recvbuf if x is _RECV else x for x in self.slots]
+        scratch = core._scratch
+        if scratch is None:
+            scratch = core._scratch = executor.Scratch()
+        executor.CollectiveRequest(core._chan, self.sched, arrays, op, self.what, scratch,
+                                   None, inline=True, sig=self.sig).run_inline(timeout)
+
+
+def _same_memory(a: Array, user: Any, raw: bool) -> bool:
+    """Whether ``a`` is the user's array ``user`` seen flat (as bytes where ``raw``)."""
+    return bool(a.nbytes == user.nbytes
+                and a.dtype == (np.dtype(np.uint8) if raw else user.dtype)
+                and a.__array_interface__["data"][0] == user.__array_interface__["data"][0])
 
 
 #: the varying-count collectives whose counts every rank passes whole, and must agree on

@@ -1,0 +1,240 @@
+"""Blocking collectives that run on messages (over TCP; in-process ranks) are kept for the
+repeat path as those in the shared windows are (``core.OnMessages``): a call repeated on the
+same arrays, or on new arrays of its shape, runs its schedule again without the checks. The
+results stay right as the caller moves between the same arrays, fresh ones, ``IN_PLACE`` and
+one array passed as both (each kept under its own key), as roots and ops change, for counts
+0, 1 and not divisible by the size; a rank off the root that passes no recvbuf keeps its
+sendbuf untouched. A repeat still finds a disagreement between ranks, refuses a bad timeout
+locally and a freed communicator. The ranks' small blocks are taken straight from the stream
+(``CollectiveRequest._start_taking``): a block of the wrong length is left to the general
+path, which reports it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+import ringworld
+from ringworld.collective.core import OnMessages
+from ringworld.testing import run_processes, run_threads
+
+Check = Callable[[], str | None]
+ORDER = ["same", "same", "fresh", "both", "same", "inplace", "fresh", "both", "inplace", "same"]
+
+
+def _data(q: int, count: int, k: int, dtype: Any) -> np.ndarray:
+    """Rank ``q``'s input in round ``k``: unique per element, rank and round."""
+    return (np.arange(count) * 7 + q * 1000 + k * 13 + 1).astype(dtype)
+
+
+class _Arrays:
+    """Arrays per (collective, role) that stay the same ("same") or are made anew."""
+
+    def __init__(self) -> None:
+        self.kept: dict[tuple[str, str], np.ndarray] = {}
+
+    def get(self, key: tuple[str, str], count: int, dtype: Any, fresh: bool) -> np.ndarray:
+        a = self.kept.get(key)
+        if fresh or a is None or a.size != count or a.dtype != np.dtype(dtype):
+            a = np.empty(count, dtype)
+            if not fresh:
+                self.kept[key] = a
+        return a
+
+
+def _round(comm: ringworld.Communicator, k: int, how: str, n: int, dtype: Any,
+           arrays: _Arrays) -> list[str]:
+    """One call of every collective in mode ``how``; the errors found."""
+    p, r = comm.size, comm.rank
+    fresh = how == "fresh"
+    errors: list[str] = []
+    mine = _data(r, n, k, dtype)
+    total = sum((_data(q, n, k, dtype) for q in range(p)), np.zeros(n, dtype))
+
+    def arr(name: str, count: int) -> np.ndarray:
+        return arrays.get((name, how), count, dtype, fresh)
+
+    def expect(what: str, got: np.ndarray, want: np.ndarray) -> None:
+        if not np.array_equal(got, want):
+            errors.append(f"{what} ({how}, round {k}, n={n}, {np.dtype(dtype)}): {got} != {want}")
+
+    # allreduce, scan: in place, one array as both, or two arrays
+    for name, want in (("allreduce", total),
+                       ("scan", sum((_data(q, n, k, dtype) for q in range(r + 1)),
+                                    np.zeros(n, dtype)))):
+        call = getattr(comm, name)
+        recv = arr(f"{name}.recv", n)
+        if how in ("inplace", "both"):
+            recv[:] = mine
+            call(ringworld.IN_PLACE if how == "inplace" else recv, recv)
+        else:
+            send = arr(f"{name}.send", n)
+            send[:] = mine
+            call(send, recv)
+            expect(f"{name} sendbuf", send, mine)
+        expect(name, recv, want)
+    root = k % p
+    # bcast (its one buffer is always both)
+    buf = arr("bcast", n)
+    buf[:] = mine if r == root else -1
+    comm.bcast(buf, root)
+    expect("bcast", buf, _data(root, n, k, dtype))
+    # reduce: off the root, no recvbuf in odd rounds (kept under the sendbuf), else an
+    # ignored one; the sendbuf comes out untouched
+    send = arr("reduce.send", n)
+    send[:] = mine
+    if r == root:
+        recv = arr("reduce.recv", n)
+        if how == "inplace":
+            recv[:] = mine
+            comm.reduce(ringworld.IN_PLACE, recv, ringworld.SUM, root)
+        else:
+            comm.reduce(send, recv, ringworld.SUM, root)
+        expect("reduce", recv, total)
+    else:
+        ignored = None if k % 2 else arr("reduce.recv", n)
+        if ignored is not None:
+            ignored[:] = -3
+        comm.reduce(send, send if how == "both" else ignored, ringworld.SUM, root)
+        if ignored is not None:
+            expect("reduce's ignored recvbuf", ignored, np.full(n, -3, dtype))
+    expect("reduce sendbuf", send, mine)
+    # the blocked collectives: block j of rank q is _data(q, n * p, k)[j * n:(j + 1) * n]
+    whole = [_data(q, n * p, k, dtype) for q in range(p)]
+    send, recv = arr("allgather.send", n), arr("allgather.recv", n * p)
+    send[:] = mine
+    comm.allgather(send, recv)
+    expect("allgather", recv, np.concatenate([_data(q, n, k, dtype) for q in range(p)]))
+    send, recv = arr("alltoall.send", n * p), arr("alltoall.recv", n * p)
+    send[:] = whole[r]
+    comm.alltoall(send, recv)
+    expect("alltoall", recv, np.concatenate([whole[q][r * n:(r + 1) * n] for q in range(p)]))
+    send, recv = arr("rsb.send", n * p), arr("rsb.recv", n)
+    send[:] = whole[r]
+    comm.reduce_scatter_block(send, recv)
+    expect("reduce_scatter_block", recv,
+           sum((w[r * n:(r + 1) * n] for w in whole), np.zeros(n, dtype)))
+    send = arr("gather.send", n)
+    send[:] = mine
+    recv = arr("gather.recv", n * p)
+    recv[:] = -5
+    comm.gather(send, recv, root)
+    expect("gather", recv, np.concatenate([_data(q, n, k, dtype) for q in range(p)])
+           if r == root else np.full(n * p, -5, dtype))
+    send, recv = arr("scatter.send", n * p), arr("scatter.recv", n)
+    send[:] = whole[root] if r == root else -6
+    comm.scatter(send, recv, root)
+    expect("scatter", recv, whole[root][r * n:(r + 1) * n])
+    return errors
+
+
+def _repeats(comm: ringworld.Communicator) -> list[str]:
+    errors: list[str] = []
+    arrays = _Arrays()
+    k = 0
+    for n in (5, 1, 0, 7):
+        for dtype in (np.int64, np.float32):
+            for how in ORDER:
+                errors += _round(comm, k, how, n, dtype, arrays)
+                k += 1
+    if comm.size > 1:  # the repeats ran on messages, kept (not on the checked path each call)
+        last = comm._cache.last
+        for coll in ("allreduce", "scan", "bcast", "reduce", "allgather", "alltoall",
+                     "reduce_scatter_block", "gather", "scatter"):
+            run = last[coll][5] if coll in last else None
+            if type(run) is not OnMessages:
+                errors.append(f"{coll}: its last call was not kept on messages ({run!r})")
+        if comm.last_algorithm in ("shm", ""):
+            errors.append(f"last algorithm {comm.last_algorithm!r}: not on messages")
+    return errors
+
+
+#: two schedules per collective, forced as RINGWORLD_ALGORITHMS does (in-process ranks would
+#: run small calls in the shared windows); over TCP the selector chooses
+FORCED = {
+    "trees": (("allreduce", "recursive_doubling"), ("scan", "recursive_doubling"),
+              ("bcast", "binomial"), ("reduce", "binomial"), ("allgather", "ring"),
+              ("alltoall", "pairwise"), ("reduce_scatter_block", "pairwise"),
+              ("gather", "binomial"), ("scatter", "binomial")),
+    "rings": (("allreduce", "ring"), ("scan", "linear"), ("bcast", "linear"),
+              ("reduce", "linear"), ("allgather", "bruck"), ("alltoall", "bruck"),
+              ("reduce_scatter_block", "ring"), ("gather", "linear"), ("scatter", "linear")),
+}
+
+
+@pytest.mark.parametrize("forced", sorted(FORCED))
+@pytest.mark.parametrize("size", [1, 2, 3, 5])
+def test_repeats_on_messages_stay_right_in_process(size: int, forced: str) -> None:
+    results = run_threads(size, _repeats, timeout=120, algorithms=FORCED[forced])
+    assert [e for errs in results for e in errs] == []
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_repeats_over_tcp_stay_right(size: int) -> None:
+    results = run_processes(size, _repeats, transport="tcp", timeout=120)
+    assert [e for errs in results for e in errs] == []
+
+
+def test_repeats_on_shared_memory_messages_stay_right() -> None:
+    """Schedules forced over the shared-memory transport: its take of a block, too."""
+    env = {"RINGWORLD_ALGORITHMS": ",".join(f"{c}:{a}" for c, a in FORCED["trees"])}
+    results = run_processes(3, _repeats, transport="shm", timeout=120, env=env)
+    assert [e for errs in results for e in errs] == []
+
+
+def _mismatch(comm: ringworld.Communicator) -> list[str]:
+    """Both ranks repeat a kept allreduce; then rank 1 calls it on a longer vector, and after
+    that on the same arrays seen as another dtype: every rank fails, none returns data."""
+    out: list[str] = []
+    a, b = np.arange(4, dtype=np.int64), np.empty(4, dtype=np.int64)
+    for _ in range(3):
+        comm.allreduce(a, b)
+    x, y = (np.arange(5, dtype=np.int64), np.empty(5, dtype=np.int64)) if comm.rank else (a, b)
+    try:
+        comm.allreduce(x, y, timeout=20)
+        out.append("a longer vector on one rank: no error")
+    except ringworld.MismatchError as exc:
+        out.append(type(exc).__name__)
+    return out
+
+
+def test_a_kept_call_still_finds_a_disagreement() -> None:
+    results = run_processes(2, _mismatch, transport="tcp", timeout=60)
+    assert results == [["MismatchError"], ["MismatchError"]], results
+
+
+def _local_errors(comm: ringworld.Communicator) -> list[str]:
+    """A bad timeout on a repeat is refused before the call takes its number (the next call
+    lines up on every rank); a freed duplicate refuses its kept call."""
+    errors: list[str] = []
+    a = np.arange(3, dtype=np.float64) + comm.rank
+    b = np.empty(3)
+    for _ in range(3):
+        comm.allreduce(a, b)
+    try:
+        comm.allreduce(a, b, timeout=-1.0)
+        errors.append("a negative timeout was accepted")
+    except ValueError:
+        pass
+    comm.allreduce(a, b, timeout=20)
+    if not np.array_equal(b, sum(np.arange(3.0) + q for q in range(comm.size))):
+        errors.append(f"after the refused timeout: {b}")
+    dup = comm.dup()
+    for _ in range(2):
+        dup.allreduce(a, b)
+    dup.free()
+    try:
+        dup.allreduce(a, b)
+        errors.append("a freed communicator ran its kept call")
+    except ringworld.CommError as exc:
+        if "freed" not in str(exc):
+            errors.append(f"unclear: {exc}")
+    return errors
+
+
+def test_a_kept_call_refuses_a_bad_timeout_and_a_freed_communicator() -> None:
+    results = run_processes(3, _local_errors, transport="tcp", timeout=60)
+    assert [e for errs in results for e in errs] == []
