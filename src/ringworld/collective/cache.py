@@ -54,6 +54,12 @@ def _in_place() -> Any:
 SAME_ARRAY = frozenset({"bcast", "allreduce", "scan", "exscan", "reduce", "gather", "scatter"})
 
 
+#: the collectives whose calls :meth:`CallCache.again` finds (``Communicator._again``); the
+#: v-variants have their own table, ``vector``
+REPEATED = frozenset({"allreduce", "bcast", "reduce", "allgather", "alltoall",
+                      "reduce_scatter_block", "scan", "exscan", "gather", "scatter"})
+
+
 def _shape_key(coll: str, extra: Any, sendbuf: Any, recvbuf: Any) -> tuple[Any, ...]:
     """A call's key in ``shapes``: collective, op or root, and the arrays' dtypes and shapes;
     one array passed as both has a key of its own (a runner on messages kept from such a

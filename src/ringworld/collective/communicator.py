@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Self
 from ringworld._lazy import LazyModule
 from ringworld.algorithms.registry import HIERARCHICAL, SHM
 from ringworld.collective import calls
-from ringworld.collective.cache import LIMIT, AdapterKey
+from ringworld.collective.cache import LIMIT, REPEATED, AdapterKey
 from ringworld.collective.calls import Call
 from ringworld.collective.core import OnMessages, OpLike
 from ringworld.collective.management import CommManagement
@@ -158,7 +158,8 @@ class Communicator(CommManagement):
             itemsize = call.arrays[1].itemsize
             spec = spec._replace(segment=max(1, self.selector.segment_bytes // max(1, itemsize)))
         req = self._go(coll, algo, spec, call.arrays, o, blocking, timeout, call.finish)
-        if keep is not None and algorithm is None and call.finish is None and not call.copied:
+        if (keep is not None and algorithm is None and call.finish is None and not call.copied
+                and coll in REPEATED):
             # (a call that chose its algorithm is not kept: a repeat would run the selector's)
             raw = type(keep[2]) is AdapterKey and keep[2].raw
             run = OnMessages.make(self, call, algo, spec, keep[0], keep[1], raw)

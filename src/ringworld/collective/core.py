@@ -302,13 +302,18 @@ class CollectiveCore(ObjectCollectives):
         if e.mismatched or e.remote_mismatches:  # the sequence broke earlier
             e.check_mismatched(self.coll_context, tag & SEQ_MASK)
         sink = memoryview(bytearray(0))
+        chan = self._chan
         for step in registry.build("barrier", "dissemination", Spec(self.size, self.rank)).steps:
-            reqs: list[Request[Any]] = [self._chan.coll_irecv(sink, x.peer, tag)
-                                        for x in step.recvs]
+            reqs: list[Request[Any]] = []
             for x in step.sends:
-                h = self._chan.coll_isend(sink, x.peer, tag)
+                h = chan.coll_isend(sink, x.peer, tag)
                 if h is not None:
                     reqs.append(h)
+            # sent first, the step's one message is taken straight from the transport where it
+            # has come (as a blocking call's steps take theirs: executor.TAKE_BYTES)
+            for x in step.recvs:
+                if reqs or len(step.recvs) != 1 or not chan.coll_take(sink, x.peer, tag):
+                    reqs.append(chan.coll_irecv(sink, x.peer, tag))
             try:
                 wait_all(reqs, timeout)
             except Timeout as exc:
