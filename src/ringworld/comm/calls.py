@@ -23,6 +23,8 @@ from ringworld.errors import CommBroken, MismatchError, PeerFailure, RingworldEr
 from ringworld.transport.base import Incoming, SendHandle
 
 ECHO_WAIT = 2.0  # seconds a rank waits for the record behind a peer's mismatch notice
+_LOOK_BACK = 64  # calls since the last look for left-over messages checked one by one
+_NO_CALLS: frozenset[int] = frozenset()
 
 
 def _nothing() -> None:
@@ -63,6 +65,7 @@ class CallChecks:
     entered_tag: dict[int, int]
     previous_tag: dict[int, int]
     open_calls: defaultdict[int, set[int]]
+    _left_seen: dict[int, tuple[int, frozenset[int]]]
     strays: list[tuple[int, int, int, int]]
     mismatched: dict[int, tuple[int, str]]
     unsurfaced: dict[int, str]
@@ -96,6 +99,9 @@ class CallChecks:
         # collective calls not finished on this rank, whose messages may still come late:
         # nonblocking ones in flight and ones that failed here (context -> sequence numbers)
         self.open_calls: defaultdict[int, set[int]] = defaultdict(set)
+        # context -> (the call at the last look for messages left over, the calls open then):
+        # see _find_left_over
+        self._left_seen: dict[int, tuple[int, frozenset[int]]] = {}
         # messages no call of this rank will take (context, tag, sender, bytes): see
         # _check_unexpected
         self.strays: list[tuple[int, int, int, int]] = []
@@ -166,22 +172,47 @@ class CallChecks:
         m = self._other_signature(context, tag)
         if m is not None:
             self.strays.append((context, m.tag, m.source, m.nbytes))
+        seq = tag & SEQ_MASK
         seqs = self._signed.get(context)
-        if seqs and (len(seqs) > 1 or tag & SEQ_MASK not in seqs):
-            self._find_left_over(context, tag & SEQ_MASK)
+        if seqs and (len(seqs) > 1 or seq not in seqs):
+            self._find_left_over(context, seq)
+        else:  # (none queued but this call's: none left over)
+            open_calls = self.open_calls.get(context)
+            self._left_seen[context] = (seq, frozenset(open_calls) if open_calls else _NO_CALLS)
 
     def _find_left_over(self, context: int, seq: int) -> None:
         """Note as a stray a queued message of a call before ``seq`` on ``context`` that
         this rank ended without taking (not one still open: nonblocking, or given up, whose
-        late messages stay queued: they are set aside in one C-level pass)."""
+        late messages stay queued: they are set aside in one C-level pass).
+
+        Calls ahead of this one queue messages when a rank runs ahead (a rooted call's
+        senders): those are not looked at again each call. Where the last look (at call
+        ``last``) found none left over and no call open then has closed since, only the calls
+        from ``last`` on can have been left since (a message of an earlier call that comes
+        later is found on arrival: ``_check_unexpected``). A gather whose sender ran hundreds
+        of calls ahead spent most of the root's time here (72-85 us a call, 16 us in step)."""
         open_calls = self.open_calls.get(context)
-        seqs = self._signed[context].keys()
-        for s in seqs - open_calls if open_calls else seqs:
-            if 0 < (seq - s) & TAG_UB < TAG_UB // 2:
-                m = next(m for m in self.unexpected[context]
-                         if m.tag > SEQ_MASK and m.tag & SEQ_MASK == s)
-                self.strays.append((context, m.tag, m.source, m.nbytes))
+        seen = self._left_seen.get(context)
+        self._left_seen[context] = (seq, frozenset(open_calls) if open_calls else _NO_CALLS)
+        seqs = self._signed[context]
+        if seen is not None and seen[1] <= (open_calls or _NO_CALLS):
+            last = seen[0]
+            gap = (seq - last) & TAG_UB
+            if gap <= _LOOK_BACK:
+                for k in range(gap):
+                    s = (last + k) & TAG_UB
+                    if s in seqs and not (open_calls and s in open_calls):
+                        self._note_left_over(context, s)
+                        return
                 return
+        for s in seqs.keys() - open_calls if open_calls else seqs.keys():
+            if 0 < (seq - s) & TAG_UB < TAG_UB // 2:
+                self._note_left_over(context, s)
+                return
+
+    def _note_left_over(self, context: int, s: int) -> None:
+        m = next(m for m in self.unexpected[context] if m.tag > SEQ_MASK and m.tag & SEQ_MASK == s)
+        self.strays.append((context, m.tag, m.source, m.nbytes))
 
     def _check_unexpected(self, context: int, tag: int, source: int, nbytes: int) -> None:
         """A signed collective message nobody has asked for: note it as a stray (a mismatch)
