@@ -238,3 +238,41 @@ def _local_errors(comm: ringworld.Communicator) -> list[str]:
 def test_a_kept_call_refuses_a_bad_timeout_and_a_freed_communicator() -> None:
     results = run_processes(3, _local_errors, transport="tcp", timeout=60)
     assert [e for errs in results for e in errs] == []
+
+
+def _mpi_bcast(comm: ringworld.Communicator) -> list[str]:
+    """ringworld.MPI's Bcast runs the call on the buffer's bytes and keeps it under a key whose
+    repeats pass the typed array: a repeat runs the schedule on the bytes, as the call did
+    (its counts are bytes), and the data come out right."""
+    from ringworld import MPI
+    from ringworld.algorithms import executor
+
+    errors: list[str] = []
+    dtypes: list[list[str]] = []
+    made = executor.CollectiveRequest.__init__
+
+    def spy(self: Any, chan: Any, sched: Any, arrays: Any, *args: Any, **kw: Any) -> None:
+        dtypes.append([a.dtype.str for a in arrays if a.size])
+        made(self, chan, sched, arrays, *args, **kw)
+
+    executor.CollectiveRequest.__init__ = spy  # type: ignore[method-assign]
+    try:
+        world = MPI.COMM_WORLD
+        for k in range(6):
+            buf = (np.arange(9, dtype=np.float64) + k if comm.rank == k % 2
+                   else np.zeros(9))
+            world.Bcast(buf, k % 2)
+            if not np.array_equal(buf, np.arange(9, dtype=np.float64) + k):
+                errors.append(f"round {k}: {buf}")
+    finally:
+        executor.CollectiveRequest.__init__ = made  # type: ignore[method-assign]
+    if type(comm._cache.last["bcast"][5]) is not OnMessages:
+        errors.append("Bcast was not kept on messages")
+    if not dtypes or any(d != ["|u1"] for d in dtypes):
+        errors.append(f"schedules ran on {dtypes}, not on the bytes")
+    return errors
+
+
+def test_an_adapter_call_on_bytes_repeats_on_bytes() -> None:
+    results = run_processes(2, _mpi_bcast, transport="tcp", timeout=60)
+    assert [e for errs in results for e in errs] == []

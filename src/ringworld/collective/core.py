@@ -387,7 +387,8 @@ class CollectiveCore(ObjectCollectives):
         return [hosts.count(h) for h in order]
 
 
-_SEND, _RECV = object(), object()  # (OnMessages.slots: the send or receive array of a repeat)
+# OnMessages.slots: a repeat's send or receive array, as passed or seen as bytes
+_SEND, _RECV, _SEND_BYTES, _RECV_BYTES = object(), object(), object(), object()
 
 
 class OnMessages:
@@ -423,10 +424,10 @@ class OnMessages:
         for a in call.arrays:
             if not a.size:
                 slots.append(a)  # (an empty stand-in: the same for every repeat)
-            elif _same_memory(a, recvbuf, raw):
-                slots.append(_RECV)
-            elif sendbuf is not IN_PLACE and _same_memory(a, sendbuf, raw):
-                slots.append(_SEND)
+            elif (form := _seen_as(a, recvbuf, raw)) is not None:
+                slots.append(_RECV_BYTES if form else _RECV)
+            elif sendbuf is not IN_PLACE and (form := _seen_as(a, sendbuf, raw)) is not None:
+                slots.append(_SEND_BYTES if form else _SEND)
             else:
                 return None
         sig = core._signature(call.collective, algo, spec, call.arrays, call.op)
@@ -439,7 +440,9 @@ class OnMessages:
         if timeout is not None:
             check_timeout(timeout)  # before the call's number is taken: a local error
         core.last_algorithm = self.algo
-        arrays = [sendbuf if x is _SEND else recvbuf if x is _RECV else x for x in self.slots]
+        arrays = [sendbuf if x is _SEND else recvbuf if x is _RECV
+                  else sendbuf.view(np.uint8) if x is _SEND_BYTES
+                  else recvbuf.view(np.uint8) if x is _RECV_BYTES else x for x in self.slots]
         scratch = core._scratch
         if scratch is None:
             scratch = core._scratch = executor.Scratch()
@@ -447,11 +450,17 @@ class OnMessages:
                                    None, inline=True, sig=self.sig).run_inline(timeout)
 
 
-def _same_memory(a: Array, user: Any, raw: bool) -> bool:
-    """Whether ``a`` is the user's array ``user`` seen flat (as bytes where ``raw``)."""
-    return bool(a.nbytes == user.nbytes
-                and a.dtype == (np.dtype(np.uint8) if raw else user.dtype)
-                and a.__array_interface__["data"][0] == user.__array_interface__["data"][0])
+def _seen_as(a: Array, user: Any, raw: bool) -> bool | None:
+    """How ``a`` shows the user's array ``user``: flat as the repeat passes it (False; as bytes
+    where ``raw``), as its bytes (True: an adapter that ran the call on bytes, ``ringworld.MPI``'s
+    Bcast, under a key that passes typed arrays), or not at all (None)."""
+    if (a.nbytes != user.nbytes
+            or a.__array_interface__["data"][0] != user.__array_interface__["data"][0]):
+        return None
+    u8 = np.dtype(np.uint8)
+    if a.dtype == (u8 if raw else user.dtype):
+        return False
+    return True if a.dtype == u8 else None
 
 
 #: the varying-count collectives whose counts every rank passes whole, and must agree on
