@@ -276,3 +276,83 @@ def _mpi_bcast(comm: ringworld.Communicator) -> list[str]:
 def test_an_adapter_call_on_bytes_repeats_on_bytes() -> None:
     results = run_processes(2, _mpi_bcast, transport="tcp", timeout=60)
     assert [e for errs in results for e in errs] == []
+
+
+def _vrepeats(comm: ringworld.Communicator) -> list[str]:
+    """The v-variants repeated on messages (kept in ``CallCache.vector``): rank q's block has
+    q + 1 or q + 2 elements, the counts changing every third call (a call of other counts
+    takes the checked path), on the same arrays or fresh ones; the side a rank does not pass
+    is None."""
+    p, r = comm.size, comm.rank
+    errors: list[str] = []
+    kept = {}
+
+    def expect(what: str, got: np.ndarray, want: np.ndarray) -> None:
+        if not np.array_equal(got, want):
+            errors.append(f"{what}: {got} != {want}")
+
+    for k in range(18):
+        fresh = k % 3 == 2
+        c = [q + 1 + (k // 3) % 2 for q in range(p)]
+        d = [sum(c[:q]) for q in range(p)]
+        total = sum(c)
+        root = (k // 6) % p
+
+        def arr(name: str, n: int, c: tuple[int, ...] = tuple(c),
+                fresh: bool = fresh) -> np.ndarray:
+            key = (name, n, c)
+            if fresh or key not in kept:
+                kept[key] = np.empty(n, np.int64)
+            return kept[key]
+
+        mine = np.arange(c[r], dtype=np.int64) + 100 * r + k
+        blocks = [np.arange(c[q], dtype=np.int64) + 100 * q + k for q in range(p)]
+        send, recv = arr("agv.s", c[r]), arr("agv.r", total)
+        send[:] = mine
+        comm.allgatherv(send, recv, c, d)
+        expect(f"allgatherv {k}", recv, np.concatenate(blocks))
+        send = arr("gv.s", c[r])
+        send[:] = mine
+        recv = arr("gv.r", total) if r == root else None
+        comm.gatherv(send, recv, c if r == root else None, d if r == root else None, root)
+        if recv is not None:
+            expect(f"gatherv {k}", recv, np.concatenate(blocks))
+        src = arr("sv.s", total) if r == root else None
+        if src is not None:
+            src[:] = np.concatenate(blocks)
+        got = arr("sv.r", c[r])
+        comm.scatterv(src, got, c if r == root else None, d if r == root else None, root)
+        expect(f"scatterv {k}", got, blocks[r])
+        # alltoallv: rank r sends c[q] elements to rank q, each 1000 r + 10 q + i
+        out = arr("atv.s", total)
+        out[:] = np.concatenate([np.arange(c[q]) + 1000 * r + 10 * q + k for q in range(p)])
+        into = arr("atv.r", c[r] * p, (c[r], p))
+        comm.alltoallv(out, into, c, [c[r]] * p)
+        expect(f"alltoallv {k}", into,
+               np.concatenate([np.arange(c[r]) + 1000 * q + 10 * r + k for q in range(p)]))
+        whole = arr("rs.s", total)
+        whole[:] = np.arange(total) * (r + 1) + k
+        part = arr("rs.r", c[r])
+        comm.reduce_scatter(whole, part, c)
+        expect(f"reduce_scatter {k}", part,
+               sum(np.arange(total) * (q + 1) + k for q in range(p))[d[r]:d[r] + c[r]])
+    if p > 1:
+        for coll in ("allgatherv", "gatherv", "scatterv", "alltoallv", "reduce_scatter"):
+            entry = comm._cache.vector.get(coll)
+            if entry is None or entry[4] is not None or type(entry[10]) is not OnMessages:
+                errors.append(f"{coll}: not kept on messages ({entry and entry[10]!r})")
+    return errors
+
+
+@pytest.mark.parametrize("size", [1, 2, 3])
+def test_vector_repeats_on_messages_stay_right(size: int) -> None:
+    results = run_processes(size, _vrepeats, transport="tcp", timeout=120)
+    assert [e for errs in results for e in errs] == []
+
+
+@pytest.mark.parametrize("size", [2, 5])
+def test_vector_repeats_on_messages_stay_right_in_process(size: int) -> None:
+    forced = (("allgatherv", "ring"), ("gatherv", "linear"), ("scatterv", "linear"),
+              ("alltoallv", "pairwise"), ("reduce_scatter", "pairwise"))
+    results = run_threads(size, _vrepeats, timeout=120, algorithms=forced)
+    assert [e for errs in results for e in errs] == []

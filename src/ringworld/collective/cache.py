@@ -58,6 +58,8 @@ SAME_ARRAY = frozenset({"bcast", "allreduce", "scan", "exscan", "reduce", "gathe
 #: v-variants have their own table, ``vector``
 REPEATED = frozenset({"allreduce", "bcast", "reduce", "allgather", "alltoall",
                       "reduce_scatter_block", "scan", "exscan", "gather", "scatter"})
+#: the v-variants, whose calls :meth:`CallCache.keep_vector` keeps
+VECTORS = frozenset({"allgatherv", "gatherv", "scatterv", "alltoallv", "reduce_scatter"})
 
 
 def _shape_key(coll: str, extra: Any, sendbuf: Any, recvbuf: Any) -> tuple[Any, ...]:
@@ -299,8 +301,10 @@ class CallCache:
                            kept.op, kept.root)
 
     def keep_vector(self, call: Call, sendbuf: Any, recvbuf: Any, key: tuple[Any, ...],
-                    sig: tuple[int, int, str]) -> None:
-        """Remember a v-variant's call, begun in the shared windows, as its collective's last
+                    sig: tuple[int, int, str] | None,
+                    run: Callable[..., Any] | None = None) -> None:
+        """Remember a v-variant's call, begun in the shared windows (or run on messages:
+        ``sig`` None, ``run`` its ``core.OnMessages``), as its collective's last
         (read by ``Communicator._again_vector``): if its buffers are contiguous numpy arrays
         (or None, a side this rank does not pass), ``key`` (its counts, displs and root or op,
         as passed) holds lists, tuples, ints, None, op names or ops, and it needs no
@@ -332,7 +336,7 @@ class CallCache:
         self.vector[call.collective] = (
             shapes[0], shapes[1], tuple(copy), call.arrays[1].dtype, sig, call.spec, call.nbytes,
             call.arrays[0] if sendbuf is None else None,
-            call.arrays[1] if recvbuf is None else None, call.op, None)
+            call.arrays[1] if recvbuf is None else None, call.op, run)
 
     def op(self, op: Any, *arrays: Array) -> Op:
         """``op`` resolved, and checked against the dtype of the first non-empty array (every

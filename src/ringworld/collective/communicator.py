@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Self
 from ringworld._lazy import LazyModule
 from ringworld.algorithms.registry import HIERARCHICAL, SHM
 from ringworld.collective import calls
-from ringworld.collective.cache import LIMIT, REPEATED, AdapterKey
+from ringworld.collective.cache import LIMIT, REPEATED, VECTORS, AdapterKey
 from ringworld.collective.calls import Call
 from ringworld.collective.core import OnMessages, OpLike
 from ringworld.collective.management import CommManagement
@@ -158,14 +158,18 @@ class Communicator(CommManagement):
             itemsize = call.arrays[1].itemsize
             spec = spec._replace(segment=max(1, self.selector.segment_bytes // max(1, itemsize)))
         req = self._go(coll, algo, spec, call.arrays, o, blocking, timeout, call.finish)
-        if (keep is not None and algorithm is None and call.finish is None and not call.copied
-                and coll in REPEATED):
+        if keep is not None and algorithm is None and call.finish is None and not call.copied:
             # (a call that chose its algorithm is not kept: a repeat would run the selector's)
-            raw = type(keep[2]) is AdapterKey and keep[2].raw
-            run = OnMessages.make(self, call, algo, spec, keep[0], keep[1], raw)
-            if run is not None:
-                self._cache.keep(call, keep[0], keep[1], call.arrays[0], call.arrays[1],
-                                 keep[2], None, run)
+            if coll in REPEATED:
+                raw = type(keep[2]) is AdapterKey and keep[2].raw
+                run = OnMessages.make(self, call, algo, spec, keep[0], keep[1], raw)
+                if run is not None:
+                    self._cache.keep(call, keep[0], keep[1], call.arrays[0], call.arrays[1],
+                                     keep[2], None, run)
+            elif coll in VECTORS:
+                run = OnMessages.make(self, call, algo, spec, keep[0], keep[1], False)
+                if run is not None:
+                    self._cache.keep_vector(call, keep[0], keep[1], keep[2], None, run)
         return req
 
     def _in_shared(self, call: Call, timeout: float | None,
@@ -298,6 +302,9 @@ class Communicator(CommManagement):
             rb = rb.reshape(-1)
         if sb.ndim != 1:
             sb = sb.reshape(-1)
+        if last[4] is None:  # kept on messages (core.OnMessages): it runs the call itself
+            last[10](timeout, sb, rb, last[9], 0)
+            return
         a = self._kept_begin(coll, timeout, last[4])
         self.last_algorithm = SHM
         run = last[10]

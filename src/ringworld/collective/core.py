@@ -406,16 +406,19 @@ class OnMessages:
 
     @classmethod
     def make(cls, core: CollectiveCore, call: Call, algo: str, spec: Spec, sendbuf: Any,
-             recvbuf: Array, raw: bool) -> OnMessages | None:
+             recvbuf: Array | None, raw: bool) -> OnMessages | None:
         """The runner of ``call``, just run with ``algo`` on ``spec``, for repeats on arrays
-        of the shape of ``sendbuf`` and ``recvbuf`` (the user's; the repeat passes them flat,
-        as byte views where ``raw``); None where the call's arrays are not those (a part of
-        one, a copy) or two arrays share memory: the checked path runs those each call. (One
-        array passed as both is kept under a key of its own, which only such calls repeat:
-        ``cache._shape_key``.) Cost: a few microseconds."""
-        if type(recvbuf) is not np.ndarray or (
-                sendbuf is not IN_PLACE and sendbuf is not recvbuf
-                and (type(sendbuf) is not np.ndarray or arrays_overlap(sendbuf, recvbuf))):
+        of the shape of ``sendbuf`` and ``recvbuf`` (the user's, or None: a v-variant's side
+        this rank does not pass; the repeat passes them flat, as byte views where ``raw``);
+        None where the call's arrays are not those (a part of one, a copy) or two arrays share
+        memory: the checked path runs those each call. (One array passed as both is kept under
+        a key of its own, which only such calls repeat: ``cache._shape_key``.) Cost: a few
+        microseconds."""
+        if recvbuf is not None and type(recvbuf) is not np.ndarray:
+            return None
+        if sendbuf is not IN_PLACE and sendbuf is not None and sendbuf is not recvbuf and (
+                type(sendbuf) is not np.ndarray
+                or (recvbuf is not None and arrays_overlap(sendbuf, recvbuf))):
             return None
         sched = registry.build(call.collective, algo, spec)
         if not sched.steps:
@@ -424,9 +427,10 @@ class OnMessages:
         for a in call.arrays:
             if not a.size:
                 slots.append(a)  # (an empty stand-in: the same for every repeat)
-            elif (form := _seen_as(a, recvbuf, raw)) is not None:
+            elif recvbuf is not None and (form := _seen_as(a, recvbuf, raw)) is not None:
                 slots.append(_RECV_BYTES if form else _RECV)
-            elif sendbuf is not IN_PLACE and (form := _seen_as(a, sendbuf, raw)) is not None:
+            elif (sendbuf is not IN_PLACE and sendbuf is not None
+                  and (form := _seen_as(a, sendbuf, raw)) is not None):
                 slots.append(_SEND_BYTES if form else _SEND)
             else:
                 return None
