@@ -356,3 +356,33 @@ def test_vector_repeats_on_messages_stay_right_in_process(size: int) -> None:
               ("alltoallv", "pairwise"), ("reduce_scatter", "pairwise"))
     results = run_threads(size, _vrepeats, timeout=120, algorithms=forced)
     assert [e for errs in results for e in errs] == []
+
+
+def _empty_side(comm: ringworld.Communicator) -> list[str]:
+    """A kept call whose array is empty holds no view of the user's memory: rank 0's block is
+    an empty slice of a larger array, which is freed once the caller drops it."""
+    import gc
+    import weakref
+
+    errors: list[str] = []
+    local = np.arange(1000, dtype=np.int64)
+    gone = weakref.ref(local)
+    out = np.empty(4, np.int64)
+    mine = local[:0] if comm.rank == 0 else np.arange(4, dtype=np.int64)
+    for _ in range(3):
+        comm.allgatherv(mine, out, [0, 4])
+        if not np.array_equal(out, np.arange(4)):
+            errors.append(f"allgatherv: {out}")
+    entry = comm._cache.vector.get("allgatherv")
+    if entry is None or type(entry[10]) is not OnMessages:
+        errors.append("allgatherv was not kept on messages")
+    del local, mine
+    gc.collect()
+    if gone() is not None:
+        errors.append(f"rank {comm.rank}: the kept call holds the user's array")
+    return errors
+
+
+def test_a_kept_call_holds_no_user_memory() -> None:
+    results = run_processes(2, _empty_side, transport="tcp", timeout=60)
+    assert [e for errs in results for e in errs] == []

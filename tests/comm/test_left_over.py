@@ -73,7 +73,7 @@ def test_a_call_open_meanwhile_is_looked_at_once_it_closes(engine: Engine) -> No
     for s in (3, 4):
         assert _enter(engine, s) == []
         _take(engine, s)
-    engine.open_calls[CTX].discard(2)  # it closed without taking it
+    engine.close_call(CTX, 2)  # it closed without taking it
     assert _enter(engine, 5) == [2]
 
 

@@ -10,6 +10,7 @@ collectives themselves are :class:`~ringworld.collective.communicator.Communicat
 from __future__ import annotations
 
 import math
+import weakref
 import zlib
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Self
@@ -401,7 +402,10 @@ class OnMessages:
 
     def __init__(self, core: CollectiveCore, algo: str, sched: Any, sig: int,
                  slots: tuple[Any, ...], what: tuple[str, str]) -> None:
-        self.core, self.algo, self.sched, self.sig = core, algo, sched, sig
+        # (weakly: the communicator's cache holds this runner, which would otherwise hold the
+        # communicator in a cycle, freed only by the cyclic collector)
+        self.core = weakref.ref(core)
+        self.algo, self.sched, self.sig = algo, sched, sig
         self.slots, self.what = slots, what
 
     @classmethod
@@ -425,8 +429,8 @@ class OnMessages:
             return None
         slots: list[Any] = []
         for a in call.arrays:
-            if not a.size:
-                slots.append(a)  # (an empty stand-in: the same for every repeat)
+            if not a.size:  # an empty stand-in, the same for every repeat (a fresh one: the
+                slots.append(np.empty(0, a.dtype))  # call's may be a view of the user's memory)
             elif recvbuf is not None and (form := _seen_as(a, recvbuf, raw)) is not None:
                 slots.append(_RECV_BYTES if form else _RECV)
             elif (sendbuf is not IN_PLACE and sendbuf is not None
@@ -439,7 +443,8 @@ class OnMessages:
 
     def __call__(self, timeout: float | None, sendbuf: Array, recvbuf: Array, op: Op | None,
                  root: int) -> None:
-        core = self.core
+        core = self.core()
+        assert core is not None  # (called by the communicator itself)
         core._check_open()
         if timeout is not None:
             check_timeout(timeout)  # before the call's number is taken: a local error

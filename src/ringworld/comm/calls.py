@@ -24,7 +24,6 @@ from ringworld.transport.base import Incoming, SendHandle
 
 ECHO_WAIT = 2.0  # seconds a rank waits for the record behind a peer's mismatch notice
 _LOOK_BACK = 64  # calls since the last look for left-over messages checked one by one
-_NO_CALLS: frozenset[int] = frozenset()
 
 
 def _nothing() -> None:
@@ -65,7 +64,8 @@ class CallChecks:
     entered_tag: dict[int, int]
     previous_tag: dict[int, int]
     open_calls: defaultdict[int, set[int]]
-    _left_seen: dict[int, tuple[int, frozenset[int]]]
+    _left_seen: dict[int, tuple[int, int]]
+    _closes: dict[int, int]
     strays: list[tuple[int, int, int, int]]
     mismatched: dict[int, tuple[int, str]]
     unsurfaced: dict[int, str]
@@ -99,9 +99,10 @@ class CallChecks:
         # collective calls not finished on this rank, whose messages may still come late:
         # nonblocking ones in flight and ones that failed here (context -> sequence numbers)
         self.open_calls: defaultdict[int, set[int]] = defaultdict(set)
-        # context -> (the call at the last look for messages left over, the calls open then):
-        # see _find_left_over
-        self._left_seen: dict[int, tuple[int, frozenset[int]]] = {}
+        # context -> (the call at the last look for messages left over, the open calls closed
+        # by then: _closes), and context -> open calls closed so far: see _find_left_over
+        self._left_seen: dict[int, tuple[int, int]] = {}
+        self._closes: dict[int, int] = {}
         # messages no call of this rank will take (context, tag, sender, bytes): see
         # _check_unexpected
         self.strays: list[tuple[int, int, int, int]] = []
@@ -177,8 +178,7 @@ class CallChecks:
         if seqs and (len(seqs) > 1 or seq not in seqs):
             self._find_left_over(context, seq)
         else:  # (none queued but this call's: none left over)
-            open_calls = self.open_calls.get(context)
-            self._left_seen[context] = (seq, frozenset(open_calls) if open_calls else _NO_CALLS)
+            self._left_seen[context] = (seq, self._closes.get(context, 0))
 
     def _find_left_over(self, context: int, seq: int) -> None:
         """Note as a stray a queued message of a call before ``seq`` on ``context`` that
@@ -187,15 +187,17 @@ class CallChecks:
 
         Calls ahead of this one queue messages when a rank runs ahead (a rooted call's
         senders): those are not looked at again each call. Where the last look (at call
-        ``last``) found none left over and no call open then has closed since, only the calls
-        from ``last`` on can have been left since (a message of an earlier call that comes
-        later is found on arrival: ``_check_unexpected``). A gather whose sender ran hundreds
-        of calls ahead spent most of the root's time here (72-85 us a call, 16 us in step)."""
+        ``last``) found none left over and no call open then has closed since (``_closes``
+        counts the closes), only the calls from ``last`` on can have been left since (a message
+        of an earlier call that comes later is found on arrival: ``_check_unexpected``). A
+        gather whose sender ran hundreds of calls ahead spent most of the root's time here
+        (72-85 us a call, 16 us in step)."""
         open_calls = self.open_calls.get(context)
         seen = self._left_seen.get(context)
-        self._left_seen[context] = (seq, frozenset(open_calls) if open_calls else _NO_CALLS)
+        closes = self._closes.get(context, 0)
+        self._left_seen[context] = (seq, closes)
         seqs = self._signed[context]
-        if seen is not None and seen[1] <= (open_calls or _NO_CALLS):
+        if seen is not None and seen[1] == closes:
             last = seen[0]
             gap = (seq - last) & TAG_UB
             if gap <= _LOOK_BACK:
@@ -209,6 +211,13 @@ class CallChecks:
             if 0 < (seq - s) & TAG_UB < TAG_UB // 2:
                 self._note_left_over(context, s)
                 return
+
+    def close_call(self, context: int, seq: int) -> None:
+        """Call ``seq`` on ``context``, open until now (nonblocking), completed here: its
+        messages are no longer expected, and the next look for left-over ones looks at the
+        whole queue (see :meth:`_find_left_over`)."""
+        self.open_calls[context].discard(seq)
+        self._closes[context] = self._closes.get(context, 0) + 1
 
     def _note_left_over(self, context: int, s: int) -> None:
         m = next(m for m in self.unexpected[context] if m.tag > SEQ_MASK and m.tag & SEQ_MASK == s)

@@ -440,7 +440,7 @@ class Channel:
         with contextlib.suppress(ValueError):
             e.background.remove(poll)
         if completed:
-            e.open_calls[self.coll_context].discard(tag & SEQ_MASK)
+            e.close_call(self.coll_context, tag & SEQ_MASK)
 
     def abandon_call(self, tag: int) -> None:
         """Note that this rank gave up call ``tag``: its messages may still come, and are

@@ -239,6 +239,7 @@ class Engine(CallChecks):
             self.previous_tag.pop(c, None)
             self.open_calls.pop(c, None)
             self._left_seen.pop(c, None)
+            self._closes.pop(c, None)
             self.comm_names.pop(c, None)
             self.mismatched.pop(c, None)
 
