@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from ringworld.algorithms.schedule import COPY, Schedule
+from ringworld.algorithms.schedule import COPY, Schedule, Step
 from ringworld.comm.ops import Op
 from ringworld.comm.requests import (
     SEQ_MASK,
@@ -157,6 +157,12 @@ class CollectiveRequest(Request[T]):
             v = views[x.buf] or self._view(x.buf)
             pending.append(comm.coll_irecv(v[x.start * k : (x.start + x.length) * k], x.peer,
                                            tag))
+        self._send(s)
+
+    def _send(self, s: Step) -> None:
+        """Start step ``s``'s sends; those not done at once are pending."""
+        comm, tag, views, arrays = self._comm, self._tag, self._bytes, self._arrays
+        pending = self._pending
         for x in s.sends:
             k = arrays[x.buf].itemsize
             v = views[x.buf] or self._view(x.buf)
@@ -177,15 +183,9 @@ class CollectiveRequest(Request[T]):
         if x.length * k > TAKE_BYTES:
             self._start()
             return
-        comm, tag, views, arrays = self._comm, self._tag, self._bytes, self._arrays
-        pending = self._pending
-        for y in s.sends:
-            ky = arrays[y.buf].itemsize
-            v = views[y.buf] or self._view(y.buf)
-            h = comm.coll_isend(v[y.start * ky : (y.start + y.length) * ky], y.peer, tag)
-            if h is not None:
-                pending.append(h)
-        v = views[x.buf] or self._view(x.buf)
+        self._send(s)
+        comm, tag, pending = self._comm, self._tag, self._pending
+        v = self._bytes[x.buf] or self._view(x.buf)
         v = v[x.start * k : (x.start + x.length) * k]
         if pending or not comm.coll_take(v, x.peer, tag):
             pending.insert(0, comm.coll_irecv(v, x.peer, tag))
