@@ -386,3 +386,29 @@ def _empty_side(comm: ringworld.Communicator) -> list[str]:
 def test_a_kept_call_holds_no_user_memory() -> None:
     results = run_processes(2, _empty_side, transport="tcp", timeout=60)
     assert [e for errs in results for e in errs] == []
+
+
+def _odd_root(comm: ringworld.Communicator) -> list[str]:
+    """A kept call keyed on root 1 is no repeat for a root of True or 1.0, which equal 1: the
+    checks refuse those (TypeError) on the shared windows' path and on messages alike, on every
+    rank, and the communicator goes on."""
+    errors: list[str] = []
+    buf = np.arange(4, dtype=np.float64) if comm.rank == 1 else np.zeros(4)
+    for _ in range(3):
+        comm.bcast(buf, 1)
+    for odd in (True, 1.0):
+        try:
+            comm.bcast(buf, odd)  # type: ignore[arg-type]
+            errors.append(f"root {odd!r} was accepted")
+        except TypeError:
+            pass
+    comm.bcast(buf, 1)
+    if not np.array_equal(buf, np.arange(4.0)):
+        errors.append(f"after the refusals: {buf}")
+    return errors
+
+
+@pytest.mark.parametrize("transport", ["tcp", "shm"])
+def test_a_root_that_only_equals_the_kept_one_is_refused(transport: str) -> None:
+    results = run_processes(2, _odd_root, transport=transport, timeout=60)
+    assert [e for errs in results for e in errs] == []

@@ -63,14 +63,16 @@ VECTORS = frozenset({"allgatherv", "gatherv", "scatterv", "alltoallv", "reduce_s
 
 
 def _shape_key(coll: str, extra: Any, sendbuf: Any, recvbuf: Any) -> tuple[Any, ...]:
-    """A call's key in ``shapes``: collective, op or root, and the arrays' dtypes and shapes;
-    one array passed as both has a key of its own (a runner on messages kept from such a
-    call cannot tell which of two arrays it read: ``core.OnMessages``)."""
+    """A call's key in ``shapes``: collective, op or root and its type (a root of True or 1.0
+    equals 1 but is the checks' TypeError), and the arrays' dtypes and shapes; one array
+    passed as both has a key of its own (a runner on messages kept from such a call cannot
+    tell which of two arrays it read: ``core.OnMessages``)."""
+    kind = type(extra)
     if sendbuf is IN_PLACE:
-        return (coll, extra, recvbuf.dtype, recvbuf.shape)
+        return (coll, extra, kind, recvbuf.dtype, recvbuf.shape)
     if sendbuf is recvbuf:
-        return (coll, extra, recvbuf.dtype, recvbuf.shape, True)
-    return (coll, extra, recvbuf.dtype, recvbuf.shape, sendbuf.dtype, sendbuf.shape)
+        return (coll, extra, kind, recvbuf.dtype, recvbuf.shape, True)
+    return (coll, extra, kind, recvbuf.dtype, recvbuf.shape, sendbuf.dtype, sendbuf.shape)
 
 
 class AdapterKey(NamedTuple):

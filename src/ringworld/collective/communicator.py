@@ -339,7 +339,8 @@ class Communicator(CommManagement):
         having done nothing, if not."""
         last = self._last_calls.get(coll)
         if (last is not None and last[1]() is recvbuf and last[0]() is sendbuf
-                and (last[2] is extra or last[2] == extra) and recvbuf.dtype is last[3]
+                and (last[2] is extra or (last[2] == extra and type(last[2]) is type(extra)))
+                and recvbuf.dtype is last[3]
                 and (sendbuf is IN_PLACE or sendbuf.dtype is last[3])):
             flags = recvbuf.flags
             if not (flags.writeable and flags.c_contiguous):
