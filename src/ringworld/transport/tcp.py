@@ -711,7 +711,7 @@ class TcpTransport(Transport):
             payload = bytes(peer.stage_view[start:end])
         elif nbytes:
             dest[:nbytes] = peer.stage_view[start:end]
-        _drop(peer, end - at + (-(end - at) & _ALIGN_MASK))
+        _drop(peer, end - at + (-(end - at) & _ALIGN_MASK))  # (frame_padding(), inline)
         return mtag, flags, nbytes, payload
 
     def _compact(self, peer: _Peer) -> None:

@@ -39,7 +39,8 @@ _TRAILS = [memoryview(bytes(FRAME_ALIGN))[:k] for k in range(FRAME_ALIGN)]
 def frame_padding(nbytes: int, checksum: bool = False) -> tuple[int, int]:
     """``(lead, trail)`` zero bytes around a payload of ``nbytes`` in its frame (see :mod:`.tcp`).
 
-    The hot paths (:meth:`TcpTransport.isend`, ``_start_message``) compute the same inline.
+    The hot paths (:meth:`TcpTransport.isend`, ``_start_message``, ``take_eager``) compute the
+    same inline.
     """
     head = _CHECKED_HEADER if checksum else HEADER.size
     lead = FRAME_ALIGN - head if nbytes >= LEAD_MIN_BYTES else 0
